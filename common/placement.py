@@ -1,0 +1,615 @@
+"""Placement: which worker runs which task replica. Pure, deterministic, incremental.
+
+`Placement` holds the *desired* assignment and changes it only through events — workers come,
+change capacity or leave; tasks are added or removed; pending replicas are placed; a rebalance
+is asked for. Each change returns a `Diff`: per worker, the tasks to add and to remove. The
+supervisor turns diffs into instruction sets; when the workers actually act is its business.
+
+Rules every change keeps (tests/unit/test_placement.py checks them under hypothesis):
+
+* coverage before redundancy — every task gets its first replica before any gets a second;
+* the replicas of one task are on distinct workers;
+* no worker is above its ``max_load`` (a capacity cut sheds tasks at once);
+* only *eligible* workers get anything new (not starting, lame duck, drained or inactive);
+* a replica that fits nowhere stays *pending* — reported, never dropped — and is placed by
+  the next `place()` that finds room;
+* existing placements are kept: a worker leaving moves exactly its own tasks.
+
+Two strategies choose where a replica goes:
+
+``least-utilized`` (the default): water-filling. Each replica goes to the eligible worker with
+the lowest utilization *after* the placement, ``(load + cost) / max_load``, so the maximum
+utilization ends as low as integer placement allows. A heap keeps this O(log W) per replica.
+
+``proportional``: the supervisor seed's rule. Weight_i = free_i / Σ free with
+free = max_load − load; worker i takes ceil(n × weight_i) of the n replicas in the round, as a
+contiguous run of the task list, workers in id order. For example, three empty workers with
+max loads 10, 20 and 40 and 35 tasks (replicas 1): weights 1/7, 2/7, 4/7, so quotas
+ceil(5) = 5, ceil(10) = 10 and ceil(20) = 20.
+
+Iteration order never depends on ``hash()`` of a string (it changes per process): tasks are
+kept in insertion-ordered dicts and sorted where an order is chosen.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+LEAST_UTILIZED = "least-utilized"
+PROPORTIONAL = "proportional"
+STRATEGIES = (LEAST_UTILIZED, PROPORTIONAL)
+
+# Loads are sums of costs; compare them with a little slack so 0.1 + 0.2 fits into 0.3.
+_EPS = 1e-9
+
+
+class Mode(StrEnum):
+    """What placement may do with a worker.
+
+    eligible — keeps its tasks and takes new ones;
+    hold     — keeps its tasks, takes nothing new (starting, lame duck awaiting make-before-break,
+               drained by an operator, capacity unknown).
+    A worker that is gone (inactive, dead, evicted) is removed with `Placement.remove_worker`.
+    """
+
+    ELIGIBLE = "eligible"
+    HOLD = "hold"
+
+
+class WorkerDiff:
+    """One worker's part of a `Diff`: tasks to start and tasks to stop (insertion-ordered)."""
+
+    __slots__ = ("add", "remove")
+
+    def __init__(
+        self, add: dict[str, None] | None = None, remove: dict[str, None] | None = None
+    ) -> None:
+        self.add: dict[str, None] = {} if add is None else add
+        self.remove: dict[str, None] = {} if remove is None else remove
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WorkerDiff):
+            return NotImplemented
+        return self.add == other.add and self.remove == other.remove
+
+    def __repr__(self) -> str:
+        return f"WorkerDiff(add={list(self.add)}, remove={list(self.remove)})"
+
+
+class Diff:
+    """Per worker, the tasks to add and to remove. Adding then removing the same task on the
+    same worker within one diff cancels out."""
+
+    __slots__ = ("workers",)
+
+    def __init__(self) -> None:
+        self.workers: dict[str, WorkerDiff] = {}
+
+    def add(self, worker: str, task: str) -> None:
+        d = self.workers.get(worker)
+        if d is None:
+            d = self.workers[worker] = WorkerDiff()
+        if task in d.remove:
+            del d.remove[task]
+        else:
+            d.add[task] = None
+
+    def remove(self, worker: str, task: str) -> None:
+        d = self.workers.get(worker)
+        if d is None:
+            d = self.workers[worker] = WorkerDiff()
+        if task in d.add:
+            del d.add[task]
+        else:
+            d.remove[task] = None
+
+    def add_many(self, worker: str, tasks: list[str]) -> None:
+        d = self.workers.get(worker)
+        if d is None:
+            self.workers[worker] = WorkerDiff(dict.fromkeys(tasks))
+        elif d.remove:
+            for t in tasks:
+                self.add(worker, t)
+        else:
+            d.add.update(dict.fromkeys(tasks))
+
+    def merge(self, other: Diff) -> Diff:
+        for w, d in other.workers.items():
+            for t in d.remove:
+                self.remove(w, t)
+            for t in d.add:
+                self.add(w, t)
+        return self
+
+    def moved(self) -> int:
+        """Replicas added anywhere (each one is a task started somewhere new)."""
+        return sum(len(d.add) for d in self.workers.values())
+
+    def compact(self) -> dict[str, WorkerDiff]:
+        return {w: d for w, d in self.workers.items() if d.add or d.remove}
+
+    def __bool__(self) -> bool:
+        return any(d.add or d.remove for d in self.workers.values())
+
+    def __repr__(self) -> str:
+        parts = [
+            f"{w}: +{sorted(d.add)} -{sorted(d.remove)}" for w, d in sorted(self.compact().items())
+        ]
+        return "Diff(" + "; ".join(parts) + ")"
+
+
+@dataclass(frozen=True)
+class Move:
+    task: str
+    source: str
+    target: str
+
+
+class Placement:
+    """The desired assignment of task replicas to workers, changed one event at a time."""
+
+    def __init__(self, replicas: int = 1, strategy: str = LEAST_UTILIZED) -> None:
+        if replicas < 1:
+            raise ValueError(f"replicas must be >= 1, got {replicas}")
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        self.replicas = replicas
+        self.strategy = strategy
+        self._cap: dict[str, float] = {}
+        self._load: dict[str, float] = {}
+        self._mode: dict[str, Mode] = {}
+        # Workers that may take new replicas (eligible, max_load > 0), in insertion order.
+        self._open: dict[str, None] = {}
+        self._tasks_of: dict[str, dict[str, None]] = {}
+        self._cost: dict[str, float] = {}
+        self._owners: dict[str, list[str]] = {}
+        # Tasks with fewer owners than `replicas`, in the order they became short.
+        self._pending: dict[str, None] = {}
+        self.version = 0
+
+    # -- queries -----------------------------------------------------------------------------
+
+    @property
+    def workers(self) -> list[str]:
+        return list(self._cap)
+
+    @property
+    def tasks(self) -> Mapping[str, float]:
+        return self._cost
+
+    def has_worker(self, worker: str) -> bool:
+        return worker in self._cap
+
+    def max_load(self, worker: str) -> float:
+        return self._cap[worker]
+
+    def mode(self, worker: str) -> Mode:
+        return self._mode[worker]
+
+    def load(self, worker: str) -> float:
+        return self._load[worker]
+
+    def utilization(self, worker: str) -> float:
+        cap, load = self._cap[worker], self._load[worker]
+        if cap > 0:
+            return load / cap
+        return math.inf if load > _EPS else 0.0
+
+    def tasks_of(self, worker: str) -> Mapping[str, None]:
+        return self._tasks_of.get(worker, {})
+
+    def owners(self, task: str) -> list[str]:
+        return self._owners.get(task, [])
+
+    def assignment(self) -> dict[str, list[str]]:
+        return {t: list(o) for t, o in self._owners.items()}
+
+    def pending(self) -> dict[str, int]:
+        """Tasks short of replicas -> how many replicas are missing."""
+        return {t: self.replicas - len(self._owners[t]) for t in self._pending}
+
+    def eligible(self) -> list[str]:
+        return [w for w, m in self._mode.items() if m is Mode.ELIGIBLE]
+
+    def _update_open(self, worker: str) -> None:
+        if self._mode.get(worker) is Mode.ELIGIBLE and self._cap[worker] > 0:
+            self._open[worker] = None
+        else:
+            self._open.pop(worker, None)
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def upsert_worker(self, worker: str, max_load: float, mode: Mode = Mode.ELIGIBLE) -> Diff:
+        """Add a worker or change its capacity or mode. A cut below its load sheds tasks (they
+        become pending; call `place`). Returns the removals."""
+        if not max_load >= 0 or math.isinf(max_load):
+            raise ValueError(f"max_load must be a finite number >= 0, got {max_load!r}")
+        diff = Diff()
+        if worker not in self._cap:
+            self._load[worker] = 0.0
+            self._tasks_of[worker] = {}
+        self._cap[worker] = float(max_load)
+        self._mode[worker] = Mode(mode)
+        self._update_open(worker)
+        self.version += 1
+        return self.enforce_capacity(worker, diff)
+
+    def enforce_capacity(self, worker: str, diff: Diff | None = None) -> Diff:
+        """Shed the worker's most recently placed tasks until its load fits its max_load."""
+        diff = diff if diff is not None else Diff()
+        cap = self._cap[worker]
+        tasks = self._tasks_of[worker]
+        while self._load[worker] > cap + _EPS and tasks:
+            task = next(reversed(tasks))
+            self._unassign(task, worker)
+            diff.remove(worker, task)
+        return diff
+
+    def remove_worker(self, worker: str) -> Diff:
+        """The worker is gone: all its replicas become pending (call `place` to move them)."""
+        diff = Diff()
+        if worker not in self._cap:
+            return diff
+        tasks = self._tasks_of.pop(worker)
+        owners_of, pending = self._owners, self._pending
+        for task in tasks:
+            owners_of[task].remove(worker)
+            pending[task] = None
+        if tasks:
+            diff.workers[worker] = WorkerDiff(remove=dict(tasks))
+        del self._cap[worker], self._load[worker], self._mode[worker]
+        self._open.pop(worker, None)
+        self.version += 1
+        return diff
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    def add_tasks(self, tasks: Mapping[str, float] | Iterable[str]) -> None:
+        """New tasks (id -> cost, or ids with cost 1); all their replicas start pending."""
+        items = tasks.items() if isinstance(tasks, Mapping) else ((t, 1.0) for t in tasks)
+        for task, cost in items:
+            if not cost > 0 or math.isinf(cost):
+                raise ValueError(f"task {task!r}: cost must be a finite number > 0, got {cost!r}")
+            if task in self._cost:
+                continue
+            self._cost[task] = float(cost)
+            self._owners[task] = []
+            self._pending[task] = None
+        self.version += 1
+
+    def remove_tasks(self, tasks: Iterable[str]) -> Diff:
+        """Tasks that no longer exist: every replica is removed."""
+        diff = Diff()
+        for task in tasks:
+            if task not in self._cost:
+                continue
+            for w in list(self._owners[task]):
+                self._unassign(task, w)
+                diff.remove(w, task)
+            del self._cost[task], self._owners[task]
+            self._pending.pop(task, None)
+        self.version += 1
+        return diff
+
+    def assign(self, task: str, worker: str) -> bool:
+        """Record that ``worker`` runs ``task`` (rebuilding from reports after a restart).
+
+        Refused (False) when the task is unknown, the worker unknown, already an owner, or the
+        task already has all its replicas. Capacity is not checked here: reality may be over
+        it; `enforce_capacity` sheds the excess.
+        """
+        owners = self._owners.get(task)
+        if owners is None or worker not in self._cap or worker in owners:
+            return False
+        if len(owners) >= self.replicas:
+            return False
+        self._assign(task, worker)
+        return True
+
+    def unassign(self, task: str, worker: str) -> bool:
+        """Take one replica off a worker (it becomes pending)."""
+        if worker not in self._owners.get(task, ()):
+            return False
+        self._unassign(task, worker)
+        return True
+
+    def _assign(self, task: str, worker: str) -> None:
+        owners = self._owners[task]
+        owners.append(worker)
+        self._tasks_of[worker][task] = None
+        self._load[worker] += self._cost[task]
+        if len(owners) >= self.replicas:
+            self._pending.pop(task, None)
+        self.version += 1
+
+    def _unassign(self, task: str, worker: str) -> None:
+        self._owners[task].remove(worker)
+        del self._tasks_of[worker][task]
+        load = self._load[worker] - self._cost[task]
+        self._load[worker] = load if load > _EPS else 0.0
+        self._pending[task] = None
+        self.version += 1
+
+    # -- placing -----------------------------------------------------------------------------
+
+    def place(self) -> Diff:
+        """Place every pending replica that fits somewhere, coverage before redundancy.
+
+        Round r gives an r+1-th owner to every task that has exactly r, so all tasks get a
+        first replica before any gets a second. A replica still pending afterwards fits on no
+        eligible worker that does not already own the task.
+        """
+        diff = Diff()
+        if not self._pending:
+            return diff
+        owners_of = self._owners
+        by_have: dict[int, list[str]] = {}
+        for task in self._pending:
+            by_have.setdefault(len(owners_of[task]), []).append(task)
+        carry: list[str] = []  # tasks that got their r-th replica in the previous round
+        for r in range(self.replicas):
+            batch = carry + by_have.get(r, [])
+            if not batch:
+                continue
+            placed: list[str] = []
+            for group in self._by_cost(batch):
+                if self.strategy == PROPORTIONAL:
+                    group = self._place_proportional(group, diff, placed)
+                else:
+                    group = self._fill_blocks(group, r, diff, placed)
+                self._fill(group, diff, placed)
+            carry = placed
+        return diff
+
+    def _by_cost(self, batch: list[str]) -> list[list[str]]:
+        """The batch as groups of equal cost, biggest first (like LPT scheduling), each sorted
+        by id so the result does not depend on the order tasks arrived in."""
+        cost = self._cost
+        first = cost[batch[0]]
+        if all(cost[t] == first for t in batch):
+            return [sorted(batch)]
+        groups: dict[float, list[str]] = {}
+        for t in batch:
+            groups.setdefault(cost[t], []).append(t)
+        return [sorted(groups[c]) for c in sorted(groups, reverse=True)]
+
+    def _fill_blocks(self, tasks: list[str], r: int, diff: Diff, placed: list[str]) -> list[str]:
+        """The bulk of a large batch in O(n) instead of O(n log W): the same per-worker counts
+        as water-filling, handed out as contiguous blocks; returns what `_fill` should place.
+
+        Every slot whose key ``(load + j·cost) / max_load`` is at most the fluid level
+        ``L = (Σ load + n·cost) / Σ max_load`` is among the n smallest keys, so greedy
+        water-filling would fill it too; the remainder (at most about one per worker, more when
+        some are full) goes through the heap. Round r starts r/replicas of the way into the
+        list so a worker's block rarely meets its own earlier replicas; one that does is
+        deferred to the heap, which skips owners.
+        """
+        n = len(tasks)
+        if n < 8 * len(self._mode):
+            return tasks  # small batch (a death, a few new tasks): the heap alone is cheap
+        eligible = list(self._open)
+        if not eligible:
+            return tasks
+        cost = self._cost[tasks[0]]
+        cap, load, owners_of = self._cap, self._load, self._owners
+        level = (sum(load[w] for w in eligible) + n * cost) / sum(cap[w] for w in eligible)
+        offset = n * r // self.replicas
+        seq = tasks[offset:] + tasks[:offset]
+        got: dict[str, list[str]] = {}
+        deferred: list[str] = []
+        pos = 0
+        for w in sorted(eligible):
+            c, lw = cap[w], load[w]
+            k = min(
+                math.floor((c - lw) / cost + _EPS), math.floor((level * c - lw) / cost + _EPS)
+            )
+            if k <= 0:
+                continue
+            block = seq[pos : pos + k]
+            pos += len(block)
+            mine = []
+            for t in block:
+                owners = owners_of[t]
+                if w in owners:
+                    deferred.append(t)
+                else:
+                    owners.append(w)
+                    mine.append(t)
+            if mine:
+                got[w] = mine
+                load[w] = lw + cost * len(mine)
+            if pos >= n:
+                break
+        self._record(got, diff, placed)
+        return seq[pos:] + deferred
+
+    def _fill(self, tasks: list[str], diff: Diff, placed: list[str]) -> None:
+        """Water-filling for tasks of one cost: each replica to the eligible worker with the
+        lowest utilization after placing it, ``(load + cost) / max_load`` (ties: lowest id)."""
+        if not tasks:
+            return
+        cost = self._cost[tasks[0]]
+        cap, load, owners_of = self._cap, self._load, self._owners
+        limit = cost - _EPS
+        heap = [((load[w] + cost) / cap[w], w) for w in self._open if cap[w] - load[w] >= limit]
+        if not heap:
+            return
+        heapq.heapify(heap)
+        got: dict[str, list[str]] = {}
+        heapreplace, heappop, heappush = heapq.heapreplace, heapq.heappop, heapq.heappush
+        for task in tasks:
+            owners = owners_of[task]
+            key, w = heap[0]
+            skipped = None
+            if w in owners:
+                # Rare: the emptiest worker already holds this task; look further down.
+                skipped = []
+                while heap and heap[0][1] in owners:
+                    skipped.append(heappop(heap))
+                if not heap:
+                    for item in skipped:
+                        heappush(heap, item)
+                    continue
+                key, w = heap[0]
+            owners.append(w)
+            mine = got.get(w)
+            if mine is None:
+                got[w] = [task]
+            else:
+                mine.append(task)
+            new = load[w] + cost
+            load[w] = new
+            c = cap[w]
+            if new + cost <= c + _EPS:
+                heapreplace(heap, ((new + cost) / c, w))
+            else:
+                heappop(heap)
+                if not heap and not skipped:
+                    break
+            if skipped:
+                for item in skipped:
+                    heappush(heap, item)
+        self._record(got, diff, placed)
+
+    def _record(self, got: dict[str, list[str]], diff: Diff, placed: list[str]) -> None:
+        """Book-keeping for replicas just added (owners and loads are already updated)."""
+        pending, owners_of, replicas = self._pending, self._owners, self.replicas
+        tasks_of, add_many = self._tasks_of, diff.add_many
+        for w, tasks in got.items():
+            tasks_of[w].update(dict.fromkeys(tasks))
+            add_many(w, tasks)
+            placed.extend(tasks)
+        for t in placed:
+            if len(owners_of[t]) >= replicas:
+                pending.pop(t, None)
+        self.version += 1
+
+    def _place_proportional(self, batch: list[str], diff: Diff, placed: list[str]) -> list[str]:
+        """The seed's rule; returns the replicas it could not place within the quotas (a
+        quota blocked by a worker that already owns the task), for the water-filling pass."""
+        cap, load = self._cap, self._load
+        free = {
+            w: cap[w] - load[w]
+            for w in sorted(self._mode)
+            if self._mode[w] is Mode.ELIGIBLE and cap[w] - load[w] > _EPS
+        }
+        if not free or not batch:
+            return []
+        cost = self._cost[batch[0]]
+        total_free = sum(free.values())
+        demand = cost * len(batch)
+        # ceil(n x weight_i), weight_i = free_i / total free, in cost units (a task of cost 1
+        # is one task), never above the worker's free capacity.
+        quota = {w: min(f, math.ceil(demand * f / total_free - _EPS)) for w, f in free.items()}
+        order = list(quota)
+        k = 0  # the worker whose contiguous run of the task list is being filled
+        got: dict[str, list[str]] = {}
+        left: list[str] = []
+        for task in batch:
+            owners = self._owners[task]
+            while k < len(order) and quota[order[k]] < cost - _EPS:
+                k += 1
+            for j in range(k, len(order)):
+                w = order[j]
+                if quota[w] >= cost - _EPS and w not in owners and load[w] + cost <= cap[w] + _EPS:
+                    owners.append(w)
+                    load[w] += cost
+                    quota[w] -= cost
+                    got.setdefault(w, []).append(task)
+                    break
+            else:
+                left.append(task)
+        self._record(got, diff, placed)
+        return left
+
+    # -- rebalancing -------------------------------------------------------------------------
+
+    def spread(self) -> float:
+        """max − min utilization over eligible workers (0 with fewer than two)."""
+        utils = [self.utilization(w) for w in self.eligible()]
+        return max(utils) - min(utils) if len(utils) > 1 else 0.0
+
+    def rebalance(self, tolerance: float, budget: int) -> tuple[Diff, list[Move]]:
+        """Move up to ``budget`` replicas from the most to the least utilized eligible workers
+        while the spread exceeds ``tolerance``. A move is made only if it lowers the higher of
+        the two workers' utilizations, so no rebalance ever raises the maximum utilization."""
+        diff, moves = Diff(), []
+        eligible = self.eligible()
+        if len(eligible) < 2 or budget <= 0:
+            return diff, moves
+        while len(moves) < budget:
+            move = self._best_move(eligible, tolerance)
+            if move is None:
+                break
+            self._unassign(move.task, move.source)
+            self._assign(move.task, move.target)
+            diff.remove(move.source, move.task)
+            diff.add(move.target, move.task)
+            moves.append(move)
+        return diff, moves
+
+    def _best_move(self, eligible: list[str], tolerance: float) -> Move | None:
+        util = self.utilization
+        by_util = sorted(eligible, key=lambda w: (util(w), w))
+        for src in reversed(by_util):
+            u_src = util(src)
+            if u_src - util(by_util[0]) <= tolerance + _EPS:
+                return None
+            for dst in by_util:
+                u_dst = util(dst)
+                if u_src - u_dst <= tolerance + _EPS or dst == src:
+                    break
+                cap_dst = self._cap[dst]
+                for task in self._tasks_of[src]:
+                    cost = self._cost[task]
+                    if dst in self._owners[task]:
+                        continue
+                    after_dst = (self._load[dst] + cost) / cap_dst if cap_dst > 0 else math.inf
+                    if self._load[dst] + cost <= cap_dst + _EPS and after_dst < u_src - _EPS:
+                        return Move(task, src, dst)
+        return None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The result of `plan`: the new assignment, the per-worker diffs, what is still pending."""
+
+    assignment: dict[str, list[str]]
+    diff: dict[str, WorkerDiff]
+    pending: dict[str, int]
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    id: str
+    max_load: float
+    mode: Mode = Mode.ELIGIBLE
+    tasks: tuple[str, ...] = ()
+
+
+def plan(
+    workers: Iterable[WorkerSpec],
+    tasks: Mapping[str, float] | Iterable[str],
+    replicas: int = 1,
+    strategy: str = LEAST_UTILIZED,
+) -> Plan:
+    """One-shot placement: the current assignment is given by each worker's ``tasks``; tasks
+    not in ``tasks`` any more are removed, missing replicas are placed, existing ones kept."""
+    p = Placement(replicas, strategy)
+    specs = list(workers)
+    p.add_tasks(tasks)
+    for spec in specs:
+        p.upsert_worker(spec.id, spec.max_load, spec.mode)
+    diff = Diff()
+    for spec in specs:
+        for task in spec.tasks:
+            if not p.assign(task, spec.id):
+                diff.remove(spec.id, task)
+    for spec in specs:
+        diff.merge(p.enforce_capacity(spec.id))
+    diff.merge(p.place())
+    return Plan(p.assignment(), diff.compact(), p.pending())

@@ -1,0 +1,1 @@
+"""Simulations of the balancer core (corral-sim)."""

@@ -1,0 +1,197 @@
+"""The supervisor's low-precision timer: one hashed timer wheel for every deadline.
+
+The seed's two kinds of registration:
+
+* **timeout** — one-shot, at an absolute time; rescheduled (re-armed) every time its owner
+  reports, which is O(1): the entry moves from one slot to another.
+* **poll** — periodic, every ``interval`` seconds. It re-arms itself from its previous deadline
+  (``deadline + k * interval``), never from the time it was noticed, so it does not drift. If
+  the clock jumped over several periods it fires once and skips the missed ones.
+
+A registration due at time ``t`` fires at the first tick boundary at or after ``t``: never
+early, at most one tick late. Time is always a parameter (`expire(now)`); the wheel never reads
+a clock, so tests drive it with a fake one.
+
+    >>> w = TimerWheel(tick=0.5, now=0.0)
+    >>> w.schedule_timeout("worker-1", at=3.2)
+    >>> w.schedule_poll("query", interval=10.0, first_at=10.0)
+    >>> w.next_deadline()
+    3.5
+    >>> [f.key for f in w.expire(3.4)]
+    []
+    >>> [f.key for f in w.expire(3.5)]
+    ['worker-1']
+    >>> [(f.key, f.deadline) for f in w.expire(25.0)]
+    [('query', 10.0)]
+    >>> w.deadline("query")
+    30.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+# Float division can put an exact multiple of the tick a hair above or below an integer.
+_EPS = 1e-9
+
+
+class TimerKind(Enum):
+    TIMEOUT = "timeout"
+    POLL = "poll"
+
+
+@dataclass(frozen=True)
+class Fired(Generic[K]):
+    """One registration that came due: its key, kind and the deadline it was due at."""
+
+    key: K
+    kind: TimerKind
+    deadline: float
+
+
+class _Entry:
+    __slots__ = ("deadline", "interval", "key", "kind", "seq", "tick")
+
+    def __init__(
+        self, key: Hashable, kind: TimerKind, deadline: float, tick: int, interval: float, seq: int
+    ) -> None:
+        self.key = key
+        self.kind = kind
+        self.deadline = deadline
+        self.tick = tick
+        self.interval = interval
+        self.seq = seq
+
+
+class TimerWheel(Generic[K]):
+    """A hashed timer wheel: ``slots`` buckets of ``tick`` seconds each.
+
+    Schedule, reschedule and cancel are O(1); `expire` costs O(ticks elapsed + fired), bounded
+    by one sweep of the wheel however far the clock jumped. Keys share one namespace: scheduling
+    a key that is already registered replaces its registration.
+    """
+
+    def __init__(self, tick: float, now: float, slots: int = 512) -> None:
+        if not tick > 0:
+            raise ValueError(f"tick must be > 0, got {tick!r}")
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots!r}")
+        self.tick = tick
+        self._nslots = slots
+        self._slots: list[dict[Hashable, _Entry]] = [{} for _ in range(slots)]
+        self._entries: dict[Hashable, _Entry] = {}
+        # Every tick index < _next has been processed by expire().
+        self._next = math.floor(now / tick + _EPS) + 1
+        self._seq = 0
+        # A lower bound of the earliest due tick, or None when it must be recomputed.
+        self._hint: int | None = None
+
+    # -- registration ------------------------------------------------------------------------
+
+    def schedule_timeout(self, key: K, at: float) -> None:
+        """Fire ``key`` once at ``at`` (replacing any registration of ``key``)."""
+        self._put(key, TimerKind.TIMEOUT, at, 0.0)
+
+    def schedule_poll(self, key: K, interval: float, first_at: float) -> None:
+        """Fire ``key`` at ``first_at`` and every ``interval`` seconds after it."""
+        if not interval > 0:
+            raise ValueError(f"poll interval must be > 0, got {interval!r}")
+        self._put(key, TimerKind.POLL, first_at, interval)
+
+    def cancel(self, key: K) -> bool:
+        """Remove ``key``'s registration; False if it had none."""
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return False
+        del self._slots[entry.tick % self._nslots][key]
+        return True
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def deadline(self, key: K) -> float | None:
+        """When ``key`` is next due, or None if it is not registered."""
+        entry = self._entries.get(key)
+        return None if entry is None else entry.deadline
+
+    # -- time --------------------------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """The earliest tick time at which something fires, or None if nothing is registered.
+
+        The loop uses it as its poll timeout. It may be earlier than needed after a cancel
+        (waking early is harmless: `expire` then returns nothing), never later.
+        """
+        if not self._entries:
+            return None
+        if self._hint is None:
+            self._hint = self._earliest_tick()
+        return max(self._hint, self._next) * self.tick
+
+    def expire(self, now: float) -> list[Fired[K]]:
+        """Everything due at or before ``now``, in deadline order; polls are re-armed."""
+        last = math.floor(now / self.tick + _EPS)
+        if last < self._next:
+            return []
+        due: list[_Entry] = []
+        if last - self._next + 1 >= self._nslots:
+            for slot in self._slots:
+                due.extend(e for e in slot.values() if e.tick <= last)
+        else:
+            for t in range(self._next, last + 1):
+                slot = self._slots[t % self._nslots]
+                if slot:
+                    due.extend(e for e in slot.values() if e.tick <= t)
+        self._next = last + 1
+        self._hint = None
+        if not due:
+            return []
+        due.sort(key=lambda e: (e.deadline, e.seq))
+        fired: list[Fired[K]] = []
+        for e in due:
+            del self._slots[e.tick % self._nslots][e.key]
+            del self._entries[e.key]
+            fired.append(Fired(e.key, e.kind, e.deadline))  # type: ignore[arg-type]
+            if e.kind is TimerKind.POLL:
+                # Re-arm from the deadline, not from now: no drift; skip periods already past.
+                periods = max(1, math.floor((now - e.deadline) / e.interval + _EPS) + 1)
+                self._put(e.key, TimerKind.POLL, e.deadline + periods * e.interval, e.interval)
+        return fired
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _put(self, key: Hashable, kind: TimerKind, at: float, interval: float) -> None:
+        if not math.isfinite(at):
+            raise ValueError(f"deadline must be finite, got {at!r}")
+        old = self._entries.get(key)
+        if old is not None:
+            del self._slots[old.tick % self._nslots][key]
+        # Due at the first tick boundary at or after `at`; anything in the past fires on the
+        # next expire().
+        tick = max(math.ceil(at / self.tick - _EPS), self._next)
+        self._seq += 1
+        entry = _Entry(key, kind, at, tick, interval, self._seq)
+        self._entries[key] = entry
+        self._slots[tick % self._nslots][key] = entry
+        if self._hint is not None and tick < self._hint:
+            self._hint = tick
+
+    def _earliest_tick(self) -> int:
+        # Look one revolution ahead; an entry found in its own revolution is the earliest.
+        for t in range(self._next, self._next + self._nslots):
+            slot = self._slots[t % self._nslots]
+            if slot:
+                best = min(e.tick for e in slot.values())
+                if best <= t:
+                    return best
+        # Everything is more than one revolution away: a full scan (rare, and O(entries)).
+        return min(e.tick for e in self._entries.values())

@@ -1,0 +1,1 @@
+"""The corral worker agent: reports its state, applies instruction sets, runs tasks."""
