@@ -8,6 +8,7 @@ a hostile frame cannot make a daemon allocate without limit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
@@ -119,7 +120,11 @@ def _plain(path: str, v: Any, depth: int = 0) -> Any:
     if depth > MAX_PLAIN_DEPTH:
         raise ProtocolError(f"{path}: nested deeper than {MAX_PLAIN_DEPTH} levels")
     t = type(v)
-    if v is None or t is bool or t is int or t is float or t is str:
+    if v is None or t is bool or t is int or t is str:
+        return v
+    if t is float:
+        if v != v or v in (math.inf, -math.inf):  # JSON output cannot carry them
+            raise _fail(path, "a finite number", v)
         return v
     if t is list:
         return [_plain(path, x, depth + 1) for x in v]
@@ -269,9 +274,16 @@ def _check_status(body: dict[str, Any]) -> dict[str, Any]:
     except KeyError as exc:
         raise ProtocolError(f"status.{exc.args[0]}: missing") from None
     get = body.get
-    util = get("utilization", 0.0)
-    qps = get("qps", 0.0)
-    errors = get("errors", 0.0)
+    util = get("utilization")
+    qps = get("qps")
+    errors = get("errors")
+    # Absent and explicit nil both mean the default.
+    if util is None:
+        util = body["utilization"] = 0.0
+    if qps is None:
+        qps = body["qps"] = 0.0
+    if errors is None:
+        errors = body["errors"] = 0.0
     # NaN fails every comparison and inf fails the upper bound, so no isfinite() is needed.
     if not (
         type(worker) is str
@@ -312,11 +324,8 @@ def _check_status(body: dict[str, Any]) -> dict[str, Any]:
     failures = get("failures")
     lease_held = get("lease_held", False)
     body["state"] = st if st is not None else _state("status.state", state)
-    if len(body) != len(_STATUS_KEYS):
-        body.setdefault("utilization", 0.0)
-        body.setdefault("qps", 0.0)
-        body.setdefault("errors", 0.0)
-        body.setdefault("serve", None)
+    if serve is None:
+        body["serve"] = None
     if applied is None:
         body["applied"] = (0, 0)
     elif type(applied) is list and len(applied) == 2:
@@ -327,9 +336,7 @@ def _check_status(body: dict[str, Any]) -> dict[str, Any]:
         _id("status.serve", serve)
     if failures is None:
         body["failures"] = {}
-    elif failures:
-        _task_map("status.failures", failures)
-    elif type(failures) is not dict:
+    elif failures or type(failures) is not dict:
         _task_map("status.failures", failures)
     if type(lease_held) is not bool:
         _bool("status.lease_held", lease_held)
@@ -356,7 +363,9 @@ def decode(frame: bytes) -> Message:
         raise ProtocolError("not a corral envelope: expected [version, kind, body]")
     version, kind, body = envelope
     if type(version) is not int or version != PROTOCOL_VERSION:
-        raise ProtocolError(f"unsupported protocol version {version!r} (this is {PROTOCOL_VERSION})")
+        raise ProtocolError(
+            f"unsupported protocol version {version!r} (this is {PROTOCOL_VERSION})"
+        )
     if type(kind) is not str or kind not in _SCHEMAS:
         raise ProtocolError(f"unknown message kind {kind!r}")
     if type(body) is not dict:

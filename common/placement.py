@@ -443,7 +443,7 @@ class Placement:
         heapreplace, heappop, heappush = heapq.heapreplace, heapq.heappop, heapq.heappush
         for task in tasks:
             owners = owners_of[task]
-            key, w = heap[0]
+            _, w = heap[0]
             skipped = None
             if w in owners:
                 # Rare: the emptiest worker already holds this task; look further down.
@@ -454,7 +454,7 @@ class Placement:
                     for item in skipped:
                         heappush(heap, item)
                     continue
-                key, w = heap[0]
+                _key, w = heap[0]
             owners.append(w)
             mine = got.get(w)
             if mine is None:
@@ -537,7 +537,7 @@ class Placement:
         """Move up to ``budget`` replicas from the most to the least utilized eligible workers
         while the spread exceeds ``tolerance``. A move is made only if it lowers the higher of
         the two workers' utilizations, so no rebalance ever raises the maximum utilization."""
-        diff, moves = Diff(), []
+        diff, moves = Diff(), list[Move]()
         eligible = self.eligible()
         if len(eligible) < 2 or budget <= 0:
             return diff, moves

@@ -1,0 +1,119 @@
+"""Packaging and layering: the corral.* names, console scripts, and the pure core's rules."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDERS = {"common": "corral.common", "supervisor": "corral.supervisor", "worker": "corral.worker"}
+SCRIPTS = ["corral-supervisor", "corral-worker", "corralctl", "corral-sim"]
+
+
+def _pyproject() -> dict:  # type: ignore[type-arg]
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_every_subpackage_is_listed_in_pyproject() -> None:
+    listed = set(_pyproject()["tool"]["setuptools"]["packages"])
+    found = set()
+    for folder, name in FOLDERS.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder)
+            found.add(".".join([name, *rel.parts]))
+    assert found == listed
+
+
+def test_only_corral_names_are_importable(tmp_path: Path) -> None:
+    # From a directory that is not the checkout, so the source folders are not on sys.path.
+    code = (
+        "import importlib.util as u, corral.common, corral.supervisor, corral.worker\n"
+        "bad = [n for n in ('supervisor', 'worker', 'common') if u.find_spec(n)]\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_console_scripts_explain_themselves(script: str) -> None:
+    exe = Path(sys.executable).parent / script
+    out = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "Usage:" in out.stdout
+
+
+def test_wheel_installs_only_the_corral_namespace(tmp_path: Path) -> None:
+    """`pip install .` (a real wheel, not the editable finder) holds only corral/…"""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True, timeout=300,
+    )
+    (wheel,) = tmp_path.glob("corral-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"corral"}
+    assert "corral/__init__.py" not in names  # a namespace package
+    for name in FOLDERS.values():
+        assert name.replace(".", "/") + "/__init__.py" in names
+
+
+# -- layering --------------------------------------------------------------------------------
+
+IMPURE_MODULES = {"zmq", "socket", "threading", "asyncio", "subprocess", "multiprocessing",
+                  "selectors", "signal"}
+CLOCK_CALLS = {"time", "monotonic", "sleep", "perf_counter", "time_ns", "monotonic_ns"}
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            found.append((node.lineno, base))
+    return found
+
+
+def _py_files(folder: str) -> list[Path]:
+    return sorted((ROOT / folder).rglob("*.py"))
+
+
+def test_common_is_pure() -> None:
+    problems = []
+    for path in _py_files("common"):
+        for line, name in _imports(path):
+            top = name.lstrip(".").split(".")[0]
+            if top in IMPURE_MODULES or name.startswith(("corral.supervisor", "corral.worker")):
+                problems.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+            if name.lstrip(".").startswith(("supervisor", "worker")) and name.startswith(".."):
+                problems.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr in CLOCK_CALLS
+                    and isinstance(node.value, ast.Name) and node.value.id == "time"):
+                problems.append(f"{path.relative_to(ROOT)}:{node.lineno} reads the clock")
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id == "random" and node.attr != "Random"):
+                problems.append(f"{path.relative_to(ROOT)}:{node.lineno} uses global random")
+    assert problems == []
+
+
+@pytest.mark.parametrize(("a", "b"), [("supervisor", "worker"), ("worker", "supervisor")])
+def test_daemons_do_not_import_each_other(a: str, b: str) -> None:
+    problems = [
+        f"{p.relative_to(ROOT)}:{line} imports {name}"
+        for p in _py_files(a)
+        for line, name in _imports(p)
+        if name.startswith((f"corral.{b}", f"..{b}")) or name == b
+    ]
+    assert problems == []

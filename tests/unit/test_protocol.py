@@ -1,0 +1,252 @@
+"""Protocol and codec: every message round-trips; bad bytes give ProtocolError and nothing else."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from corral.common import codec
+from corral.common.errors import ProtocolError
+from corral.common.protocol import (
+    PROTOCOL_VERSION,
+    ControlError,
+    ControlReply,
+    ControlRequest,
+    Instructions,
+    Refusal,
+    Status,
+    WorkerState,
+)
+
+ids = st.text(min_size=1, max_size=20)
+uints = st.integers(min_value=0, max_value=codec.MAX_UINT)
+numbers = st.one_of(
+    st.integers(min_value=0, max_value=10**12),
+    st.floats(min_value=0, max_value=1e12, allow_nan=False, allow_infinity=False),
+)
+task_maps = st.dictionaries(ids, uints, max_size=8)
+task_lists = st.lists(ids, max_size=8).map(tuple)
+plain = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=10)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(ids, children, max_size=4),
+    max_leaves=12,
+)
+
+statuses = st.builds(
+    Status,
+    worker=ids,
+    incarnation=uints,
+    seq=uints,
+    sent_at=numbers,
+    max_load=numbers,
+    running=task_maps,
+    state=st.sampled_from(WorkerState),
+    utilization=numbers,
+    qps=numbers,
+    errors=numbers,
+    applied=st.tuples(uints, uints),
+    serve=st.none() | ids,
+    failures=task_maps,
+    lease_held=st.booleans(),
+)
+instructions = st.builds(
+    Instructions,
+    epoch=uints,
+    seq=uints,
+    incarnation=uints,
+    lease=numbers,
+    answers_seq=uints,
+    answers_sent_at=numbers,
+    reset=st.booleans(),
+    add=task_lists,
+    remove=task_lists,
+)
+refusals = st.builds(Refusal, epoch=uints, incarnation=uints, code=ids, reason=st.text(max_size=50))
+requests = st.builds(
+    ControlRequest,
+    request_id=uints,
+    verb=ids,
+    args=st.dictionaries(ids, plain, max_size=4),
+)
+replies = st.builds(
+    ControlReply,
+    request_id=uints,
+    result=plain,
+    error=st.none() | st.builds(ControlError, code=ids, message=st.text(max_size=50)),
+)
+messages = st.one_of(statuses, instructions, refusals, requests, replies)
+
+
+@given(messages)
+def test_every_message_round_trips(msg: Any) -> None:
+    assert codec.decode(codec.encode(msg)) == msg
+
+
+@given(statuses)
+def test_decoded_status_is_frozen(msg: Status) -> None:
+    decoded = codec.decode(codec.encode(msg))
+    with pytest.raises(AttributeError):
+        decoded.seq = 1  # type: ignore[misc]
+
+
+def _frame(kind: str, body: Any, version: Any = PROTOCOL_VERSION) -> bytes:
+    return msgpack.packb([version, kind, body])  # type: ignore[no-any-return]
+
+
+GOOD_STATUS = {"worker": "w1", "incarnation": 1, "seq": 1, "sent_at": 1.5, "max_load": 4,
+               "running": {"t1": 2}}
+
+
+def _status(**changes: Any) -> bytes:
+    body = dict(GOOD_STATUS)
+    for k, v in changes.items():
+        if v is _DROP:
+            body.pop(k)
+        else:
+            body[k] = v
+    return _frame("status", body)
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize(
+    ("frame", "says"),
+    [
+        (b"", "not valid msgpack"),
+        (b"\xc1", "not valid msgpack"),
+        (msgpack.packb([1, "status"])[:-1], "not valid msgpack"),  # truncated
+        (msgpack.packb({"a": 1}), "envelope"),
+        (msgpack.packb([1, "status"]), "envelope"),
+        (_frame("status", {}, version=2), "version"),
+        (_frame("status", {}, version="1"), "version"),
+        (_frame("nonsense", {}), "unknown message kind"),
+        (_frame("status", []), "body must be a map"),
+        (_status(worker=_DROP), "status.worker: missing"),
+        (_status(worker=""), "status.worker"),
+        (_status(worker="x" * 300), "status.worker"),
+        (_status(worker=7), "status.worker"),
+        (_status(incarnation=-1), "status.incarnation"),
+        (_status(incarnation=True), "status.incarnation"),
+        (_status(seq=2**64 - 1), "status.seq"),
+        (_status(sent_at=float("nan")), "status.sent_at"),
+        (_status(max_load=float("inf")), "status.max_load"),
+        (_status(max_load=-1), "status.max_load"),
+        (_status(max_load="10"), "status.max_load"),
+        (_status(running=["t1"]), "status.running"),
+        (_status(running={"t1": -1}), "status.running"),
+        (_status(running={"": 1}), "status.running"),
+        (_status(state="sleepy"), "status.state"),
+        (_status(applied=[1]), "status.applied"),
+        (_status(applied=[1, -2]), "applied"),
+        (_status(serve=5), "status.serve"),
+        (_status(failures={"t": "x"}), "status.failures"),
+        (_status(lease_held=1), "status.lease_held"),
+        (_status(utilization=-0.5), "status.utilization"),
+        (_status(surprise=1), "unknown field"),
+        (_frame("instructions", {"epoch": 1}), "instructions.seq: missing"),
+        (_frame("instructions", {"epoch": 1, "seq": 1, "incarnation": 1, "lease": 5,
+                                 "answers_seq": 1, "answers_sent_at": 1, "add": "t1"}),
+         "instructions.add"),
+        (_frame("control_request", {"request_id": 1, "verb": "status", "args": []}),
+         "control_request.args"),
+        (_frame("control_request", {"request_id": 1, "verb": "status", "extra": 1}),
+         "unknown field"),
+        (_frame("control_reply", {"request_id": 1, "error": {"code": "x"}}),
+         "control_reply.error"),
+        (msgpack.packb([1, "status", {**GOOD_STATUS, "worker": msgpack.ExtType(5, b"x")}]),
+         "status.worker"),
+        (_frame("control_reply", {"request_id": 1, "result": float("nan")}), "finite"),
+        (msgpack.packb([1, "status", {1: 2}], strict_types=False), "not valid msgpack"),
+    ],
+)
+def test_bad_frames_give_one_clear_error(frame: bytes, says: str) -> None:
+    with pytest.raises(ProtocolError, match=says):
+        codec.decode(frame)
+
+
+def test_oversized_frame_is_refused_before_parsing() -> None:
+    with pytest.raises(ProtocolError, match="exceeds"):
+        codec.decode(b"\x00" * (codec.MAX_FRAME_BYTES + 1))
+
+
+def test_deep_nesting_in_control_args_is_refused() -> None:
+    deep: Any = 1
+    for _ in range(40):
+        deep = [deep]
+    frame = _frame("control_request", {"request_id": 1, "verb": "x", "args": {"a": deep}})
+    with pytest.raises(ProtocolError, match="nested"):
+        codec.decode(frame)
+
+
+def test_explicit_nil_for_optional_field_means_absent() -> None:
+    msg = codec.decode(_status(serve=None, failures=None, applied=None, utilization=None))
+    assert isinstance(msg, Status)
+    assert msg.serve is None and msg.failures == {} and msg.applied == (0, 0)
+    assert msg.utilization == 0.0
+
+
+def test_defaults_fill_in_for_a_minimal_status() -> None:
+    msg = codec.decode(_status())
+    assert msg == Status("w1", 1, 1, 1.5, 4, {"t1": 2})
+
+
+def _mutations(rng: random.Random, seed_frames: list[bytes]) -> bytes:
+    choice = rng.randrange(6)
+    if choice == 0:
+        return rng.randbytes(rng.randrange(0, 200))
+    base = bytearray(rng.choice(seed_frames))
+    if choice == 1 and base:  # flip bytes
+        for _ in range(rng.randrange(1, 6)):
+            base[rng.randrange(len(base))] = rng.randrange(256)
+    elif choice == 2:  # truncate
+        del base[rng.randrange(len(base) + 1):]
+    elif choice == 3:  # insert junk
+        pos = rng.randrange(len(base) + 1)
+        base[pos:pos] = rng.randbytes(rng.randrange(1, 8))
+    elif choice == 4:  # valid msgpack, random structure
+        value: Any = rng.choice([None, 1, -1, 2.5, "status", b"\x00", [], {}])
+        for _ in range(rng.randrange(4)):
+            value = rng.choice([[value], {"k": value}, [1, "status", value]])
+        return msgpack.packb(value)  # type: ignore[no-any-return]
+    else:  # a real body with one field replaced by a random value
+        kind, body = rng.choice(_BODIES)
+        body = dict(body)
+        key = rng.choice([*body, "extra"])
+        body[key] = rng.choice([None, -5, 2**64 - 1, 1.5, "x", "", [1, 2], {"a": 1}, True,
+                                float("nan"), b"raw"])
+        return msgpack.packb([1, kind, body], strict_types=False)  # type: ignore[no-any-return]
+    return bytes(base)
+
+
+_BODIES: list[tuple[str, dict[str, Any]]] = [
+    ("status", GOOD_STATUS),
+    ("instructions", {"epoch": 1, "seq": 2, "incarnation": 3, "lease": 5.0, "answers_seq": 4,
+                      "answers_sent_at": 1.25, "reset": True, "add": ["a"], "remove": ["b"]}),
+    ("refusal", {"epoch": 1, "incarnation": 2, "code": "duplicate_id", "reason": "taken"}),
+    ("control_request", {"request_id": 1, "verb": "workers", "args": {"o": "json"}}),
+    ("control_reply", {"request_id": 1, "result": {"x": [1]}, "error": None}),
+]
+
+
+def test_fuzz_random_and_mutated_frames_only_give_protocol_errors_or_messages() -> None:
+    rng = random.Random(20261125)
+    seeds = [msgpack.packb([1, k, b]) for k, b in _BODIES]
+    outcomes = {"valid": 0, "error": 0}
+    for _ in range(12_000):
+        frame = _mutations(rng, seeds)
+        try:
+            msg = codec.decode(frame)
+        except ProtocolError:
+            outcomes["error"] += 1
+        else:
+            # Whatever decodes must be a real message that encodes and decodes to itself.
+            assert codec.decode(codec.encode(msg)) == msg
+            outcomes["valid"] += 1
+    assert outcomes["error"] > 5_000 and outcomes["valid"] > 100, outcomes
