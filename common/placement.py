@@ -15,17 +15,9 @@ Rules every change keeps (tests/unit/test_placement.py checks them under hypothe
   the next `place()` that finds room;
 * existing placements are kept: a worker leaving moves exactly its own tasks.
 
-Two strategies choose where a replica goes:
-
-``least-utilized`` (the default): water-filling. Each replica goes to the eligible worker with
-the lowest utilization *after* the placement, ``(load + cost) / max_load``, so the maximum
-utilization ends as low as integer placement allows. A heap keeps this O(log W) per replica.
-
-``proportional``: the supervisor seed's rule. Weight_i = free_i / Σ free with
-free = max_load − load; worker i takes ceil(n × weight_i) of the n replicas in the round, as a
-contiguous run of the task list, workers in id order. For example, three empty workers with
-max loads 10, 20 and 40 and 35 tasks (replicas 1): weights 1/7, 2/7, 4/7, so quotas
-ceil(5) = 5, ceil(10) = 10 and ceil(20) = 20.
+Two strategies choose where a replica goes (see `strategies`): ``least-utilized`` (the
+default; water-filling, the lowest maximum utilization integer placement allows) and
+``proportional`` (the supervisor seed's rule: weights from free capacity, ceil(n × weight)).
 
 Iteration order never depends on ``hash()`` of a string (it changes per process): tasks are
 kept in insertion-ordered dicts and sorted where an order is chosen.
@@ -33,18 +25,19 @@ kept in insertion-ordered dicts and sorted where an order is chosen.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from . import strategies
+from .diff import Diff, Move, WorkerDiff
+from .rebalance import best_move
+from .strategies import EPS as _EPS
+
 LEAST_UTILIZED = "least-utilized"
 PROPORTIONAL = "proportional"
 STRATEGIES = (LEAST_UTILIZED, PROPORTIONAL)
-
-# Loads are sums of costs; compare them with a little slack so 0.1 + 0.2 fits into 0.3.
-_EPS = 1e-9
 
 
 class Mode(StrEnum):
@@ -58,95 +51,6 @@ class Mode(StrEnum):
 
     ELIGIBLE = "eligible"
     HOLD = "hold"
-
-
-class WorkerDiff:
-    """One worker's part of a `Diff`: tasks to start and tasks to stop (insertion-ordered)."""
-
-    __slots__ = ("add", "remove")
-
-    def __init__(
-        self, add: dict[str, None] | None = None, remove: dict[str, None] | None = None
-    ) -> None:
-        self.add: dict[str, None] = {} if add is None else add
-        self.remove: dict[str, None] = {} if remove is None else remove
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, WorkerDiff):
-            return NotImplemented
-        return self.add == other.add and self.remove == other.remove
-
-    def __repr__(self) -> str:
-        return f"WorkerDiff(add={list(self.add)}, remove={list(self.remove)})"
-
-
-class Diff:
-    """Per worker, the tasks to add and to remove. Adding then removing the same task on the
-    same worker within one diff cancels out."""
-
-    __slots__ = ("workers",)
-
-    def __init__(self) -> None:
-        self.workers: dict[str, WorkerDiff] = {}
-
-    def add(self, worker: str, task: str) -> None:
-        d = self.workers.get(worker)
-        if d is None:
-            d = self.workers[worker] = WorkerDiff()
-        if task in d.remove:
-            del d.remove[task]
-        else:
-            d.add[task] = None
-
-    def remove(self, worker: str, task: str) -> None:
-        d = self.workers.get(worker)
-        if d is None:
-            d = self.workers[worker] = WorkerDiff()
-        if task in d.add:
-            del d.add[task]
-        else:
-            d.remove[task] = None
-
-    def add_many(self, worker: str, tasks: list[str]) -> None:
-        d = self.workers.get(worker)
-        if d is None:
-            self.workers[worker] = WorkerDiff(dict.fromkeys(tasks))
-        elif d.remove:
-            for t in tasks:
-                self.add(worker, t)
-        else:
-            d.add.update(dict.fromkeys(tasks))
-
-    def merge(self, other: Diff) -> Diff:
-        for w, d in other.workers.items():
-            for t in d.remove:
-                self.remove(w, t)
-            for t in d.add:
-                self.add(w, t)
-        return self
-
-    def moved(self) -> int:
-        """Replicas added anywhere (each one is a task started somewhere new)."""
-        return sum(len(d.add) for d in self.workers.values())
-
-    def compact(self) -> dict[str, WorkerDiff]:
-        return {w: d for w, d in self.workers.items() if d.add or d.remove}
-
-    def __bool__(self) -> bool:
-        return any(d.add or d.remove for d in self.workers.values())
-
-    def __repr__(self) -> str:
-        parts = [
-            f"{w}: +{sorted(d.add)} -{sorted(d.remove)}" for w, d in sorted(self.compact().items())
-        ]
-        return "Diff(" + "; ".join(parts) + ")"
-
-
-@dataclass(frozen=True)
-class Move:
-    task: str
-    source: str
-    target: str
 
 
 class Placement:
@@ -357,13 +261,23 @@ class Placement:
                 continue
             placed: list[str] = []
             for group in self._by_cost(batch):
-                if self.strategy == PROPORTIONAL:
-                    group = self._place_proportional(group, diff, placed)
-                else:
-                    group = self._fill_blocks(group, r, diff, placed)
-                self._fill(group, diff, placed)
+                self._place_group(group, r, diff, placed)
             carry = placed
         return diff
+
+    def _place_group(self, group: list[str], r: int, diff: Diff, placed: list[str]) -> None:
+        cost = self._cost[group[0]]
+        args = (self._cap, self._load, self._owners)
+        if self.strategy == PROPORTIONAL:
+            got, group = strategies.proportional(group, cost, self._open, *args)
+            self._record(got, diff, placed)
+        elif len(group) >= 8 * len(self._mode):
+            # A big batch (a full placement): the O(n) block pass first; the heap after.
+            got, group = strategies.fill_blocks(
+                group, cost, r, self.replicas, list(self._open), *args
+            )
+            self._record(got, diff, placed)
+        self._record(strategies.water_fill(group, cost, self._open, *args), diff, placed)
 
     def _by_cost(self, batch: list[str]) -> list[list[str]]:
         """The batch as groups of equal cost, biggest first (like LPT scheduling), each sorted
@@ -377,106 +291,8 @@ class Placement:
             groups.setdefault(cost[t], []).append(t)
         return [sorted(groups[c]) for c in sorted(groups, reverse=True)]
 
-    def _fill_blocks(self, tasks: list[str], r: int, diff: Diff, placed: list[str]) -> list[str]:
-        """The bulk of a large batch in O(n) instead of O(n log W): the same per-worker counts
-        as water-filling, handed out as contiguous blocks; returns what `_fill` should place.
-
-        Every slot whose key ``(load + j·cost) / max_load`` is at most the fluid level
-        ``L = (Σ load + n·cost) / Σ max_load`` is among the n smallest keys, so greedy
-        water-filling would fill it too; the remainder (at most about one per worker, more when
-        some are full) goes through the heap. Round r starts r/replicas of the way into the
-        list so a worker's block rarely meets its own earlier replicas; one that does is
-        deferred to the heap, which skips owners.
-        """
-        n = len(tasks)
-        if n < 8 * len(self._mode):
-            return tasks  # small batch (a death, a few new tasks): the heap alone is cheap
-        eligible = list(self._open)
-        if not eligible:
-            return tasks
-        cost = self._cost[tasks[0]]
-        cap, load, owners_of = self._cap, self._load, self._owners
-        level = (sum(load[w] for w in eligible) + n * cost) / sum(cap[w] for w in eligible)
-        offset = n * r // self.replicas
-        seq = tasks[offset:] + tasks[:offset]
-        got: dict[str, list[str]] = {}
-        deferred: list[str] = []
-        pos = 0
-        for w in sorted(eligible):
-            c, lw = cap[w], load[w]
-            k = min(
-                math.floor((c - lw) / cost + _EPS), math.floor((level * c - lw) / cost + _EPS)
-            )
-            if k <= 0:
-                continue
-            block = seq[pos : pos + k]
-            pos += len(block)
-            mine = []
-            for t in block:
-                owners = owners_of[t]
-                if w in owners:
-                    deferred.append(t)
-                else:
-                    owners.append(w)
-                    mine.append(t)
-            if mine:
-                got[w] = mine
-                load[w] = lw + cost * len(mine)
-            if pos >= n:
-                break
-        self._record(got, diff, placed)
-        return seq[pos:] + deferred
-
-    def _fill(self, tasks: list[str], diff: Diff, placed: list[str]) -> None:
-        """Water-filling for tasks of one cost: each replica to the eligible worker with the
-        lowest utilization after placing it, ``(load + cost) / max_load`` (ties: lowest id)."""
-        if not tasks:
-            return
-        cost = self._cost[tasks[0]]
-        cap, load, owners_of = self._cap, self._load, self._owners
-        limit = cost - _EPS
-        heap = [((load[w] + cost) / cap[w], w) for w in self._open if cap[w] - load[w] >= limit]
-        if not heap:
-            return
-        heapq.heapify(heap)
-        got: dict[str, list[str]] = {}
-        heapreplace, heappop, heappush = heapq.heapreplace, heapq.heappop, heapq.heappush
-        for task in tasks:
-            owners = owners_of[task]
-            _, w = heap[0]
-            skipped = None
-            if w in owners:
-                # Rare: the emptiest worker already holds this task; look further down.
-                skipped = []
-                while heap and heap[0][1] in owners:
-                    skipped.append(heappop(heap))
-                if not heap:
-                    for item in skipped:
-                        heappush(heap, item)
-                    continue
-                _key, w = heap[0]
-            owners.append(w)
-            mine = got.get(w)
-            if mine is None:
-                got[w] = [task]
-            else:
-                mine.append(task)
-            new = load[w] + cost
-            load[w] = new
-            c = cap[w]
-            if new + cost <= c + _EPS:
-                heapreplace(heap, ((new + cost) / c, w))
-            else:
-                heappop(heap)
-                if not heap and not skipped:
-                    break
-            if skipped:
-                for item in skipped:
-                    heappush(heap, item)
-        self._record(got, diff, placed)
-
     def _record(self, got: dict[str, list[str]], diff: Diff, placed: list[str]) -> None:
-        """Book-keeping for replicas just added (owners and loads are already updated)."""
+        """Book-keeping for replicas a strategy just added (it updated owners and loads)."""
         pending, owners_of, replicas = self._pending, self._owners, self.replicas
         tasks_of, add_many = self._tasks_of, diff.add_many
         for w, tasks in got.items():
@@ -487,44 +303,6 @@ class Placement:
             if len(owners_of[t]) >= replicas:
                 pending.pop(t, None)
         self.version += 1
-
-    def _place_proportional(self, batch: list[str], diff: Diff, placed: list[str]) -> list[str]:
-        """The seed's rule; returns the replicas it could not place within the quotas (a
-        quota blocked by a worker that already owns the task), for the water-filling pass."""
-        cap, load = self._cap, self._load
-        free = {
-            w: cap[w] - load[w]
-            for w in sorted(self._mode)
-            if self._mode[w] is Mode.ELIGIBLE and cap[w] - load[w] > _EPS
-        }
-        if not free or not batch:
-            return []
-        cost = self._cost[batch[0]]
-        total_free = sum(free.values())
-        demand = cost * len(batch)
-        # ceil(n x weight_i), weight_i = free_i / total free, in cost units (a task of cost 1
-        # is one task), never above the worker's free capacity.
-        quota = {w: min(f, math.ceil(demand * f / total_free - _EPS)) for w, f in free.items()}
-        order = list(quota)
-        k = 0  # the worker whose contiguous run of the task list is being filled
-        got: dict[str, list[str]] = {}
-        left: list[str] = []
-        for task in batch:
-            owners = self._owners[task]
-            while k < len(order) and quota[order[k]] < cost - _EPS:
-                k += 1
-            for j in range(k, len(order)):
-                w = order[j]
-                if quota[w] >= cost - _EPS and w not in owners and load[w] + cost <= cap[w] + _EPS:
-                    owners.append(w)
-                    load[w] += cost
-                    quota[w] -= cost
-                    got.setdefault(w, []).append(task)
-                    break
-            else:
-                left.append(task)
-        self._record(got, diff, placed)
-        return left
 
     # -- rebalancing -------------------------------------------------------------------------
 
@@ -553,25 +331,10 @@ class Placement:
         return diff, moves
 
     def _best_move(self, eligible: list[str], tolerance: float) -> Move | None:
-        util = self.utilization
-        by_util = sorted(eligible, key=lambda w: (util(w), w))
-        for src in reversed(by_util):
-            u_src = util(src)
-            if u_src - util(by_util[0]) <= tolerance + _EPS:
-                return None
-            for dst in by_util:
-                u_dst = util(dst)
-                if u_src - u_dst <= tolerance + _EPS or dst == src:
-                    break
-                cap_dst = self._cap[dst]
-                for task in self._tasks_of[src]:
-                    cost = self._cost[task]
-                    if dst in self._owners[task]:
-                        continue
-                    after_dst = (self._load[dst] + cost) / cap_dst if cap_dst > 0 else math.inf
-                    if self._load[dst] + cost <= cap_dst + _EPS and after_dst < u_src - _EPS:
-                        return Move(task, src, dst)
-        return None
+        return best_move(
+            eligible, tolerance, self.utilization, self._cap, self._load, self._cost,
+            self._tasks_of, self._owners,
+        )
 
 
 @dataclass(frozen=True)

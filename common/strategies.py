@@ -1,0 +1,172 @@
+"""Where a replica goes: the placement strategies, as pure functions over plain dicts.
+
+Each function gets the tasks of one round and one cost (see `Placement.place`), the workers
+open for new replicas, and the mutable ``load`` and ``owners`` maps; it places what it can,
+updates ``load`` and ``owners``, and returns ``(got, left)``: worker -> tasks it was given, and
+the tasks it did not place. `Placement` does the rest of the book-keeping.
+
+``least-utilized`` (`water_fill`, with `fill_blocks` as its bulk fast path): each replica goes
+to the open worker with the lowest utilization *after* placing it, ``(load + cost) / max_load``
+(ties: lowest id), so the maximum utilization ends as low as integer placement allows.
+
+``proportional`` (`proportional`): the supervisor seed's rule. weight_i = free_i / Σ free with
+free = max_load − load; worker i takes ceil(n × weight_i) of the round's n replicas as a
+contiguous run of the task list, workers in id order. Three empty workers with max loads 10, 20
+and 40 and 35 tasks: weights 1/7, 2/7, 4/7, so they take ceil(5) = 5, 10 and 20 tasks.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable
+
+# Loads are sums of costs; compare them with a little slack so 0.1 + 0.2 fits into 0.3.
+EPS = 1e-9
+
+Got = dict[str, list[str]]
+
+
+def water_fill(
+    tasks: list[str],
+    cost: float,
+    open_workers: Iterable[str],
+    cap: dict[str, float],
+    load: dict[str, float],
+    owners_of: dict[str, list[str]],
+) -> Got:
+    """Greedy water-filling with a heap: O(log W) per replica. Replicas that fit nowhere (or
+    only on workers that already own the task) are left out of ``got``."""
+    got: Got = {}
+    if not tasks:
+        return got
+    limit = cost - EPS
+    heap = [((load[w] + cost) / cap[w], w) for w in open_workers if cap[w] - load[w] >= limit]
+    if not heap:
+        return got
+    heapq.heapify(heap)
+    heapreplace, heappop, heappush = heapq.heapreplace, heapq.heappop, heapq.heappush
+    for task in tasks:
+        owners = owners_of[task]
+        _, w = heap[0]
+        skipped = None
+        if w in owners:
+            # Rare: the emptiest worker already holds this task; look further down.
+            skipped = []
+            while heap and heap[0][1] in owners:
+                skipped.append(heappop(heap))
+            if not heap:
+                for item in skipped:
+                    heappush(heap, item)
+                continue
+            _, w = heap[0]
+        owners.append(w)
+        mine = got.get(w)
+        if mine is None:
+            got[w] = [task]
+        else:
+            mine.append(task)
+        new = load[w] + cost
+        load[w] = new
+        c = cap[w]
+        if new + cost <= c + EPS:
+            heapreplace(heap, ((new + cost) / c, w))
+        else:
+            heappop(heap)
+            if not heap and not skipped:
+                break
+        if skipped:
+            for item in skipped:
+                heappush(heap, item)
+    return got
+
+
+def fill_blocks(
+    tasks: list[str],
+    cost: float,
+    r: int,
+    replicas: int,
+    open_workers: list[str],
+    cap: dict[str, float],
+    load: dict[str, float],
+    owners_of: dict[str, list[str]],
+) -> tuple[Got, list[str]]:
+    """The bulk of a large batch in O(n) instead of O(n log W): the same per-worker counts
+    as water-filling, handed out as contiguous blocks; returns what `water_fill` should place.
+
+    Every slot whose key ``(load + j·cost) / max_load`` is at most the fluid level
+    ``L = (Σ load + n·cost) / Σ max_load`` is among the n smallest keys, so greedy
+    water-filling would fill it too; the remainder (at most about one per worker, more when
+    some are full) goes through the heap. Round r starts r/replicas of the way into the list
+    so a worker's block rarely meets its own earlier replicas; one that does is deferred to the
+    heap, which skips owners.
+    """
+    n = len(tasks)
+    got: Got = {}
+    if not open_workers:
+        return got, tasks
+    level = (sum(load[w] for w in open_workers) + n * cost) / sum(cap[w] for w in open_workers)
+    offset = n * r // replicas
+    seq = tasks[offset:] + tasks[:offset]
+    deferred: list[str] = []
+    pos = 0
+    for w in sorted(open_workers):
+        c, lw = cap[w], load[w]
+        k = min(math.floor((c - lw) / cost + EPS), math.floor((level * c - lw) / cost + EPS))
+        if k <= 0:
+            continue
+        block = seq[pos : pos + k]
+        pos += len(block)
+        mine = []
+        for t in block:
+            owners = owners_of[t]
+            if w in owners:
+                deferred.append(t)
+            else:
+                owners.append(w)
+                mine.append(t)
+        if mine:
+            got[w] = mine
+            load[w] = lw + cost * len(mine)
+        if pos >= n:
+            break
+    return got, seq[pos:] + deferred
+
+
+def proportional(
+    tasks: list[str],
+    cost: float,
+    open_workers: Iterable[str],
+    cap: dict[str, float],
+    load: dict[str, float],
+    owners_of: dict[str, list[str]],
+) -> tuple[Got, list[str]]:
+    """The seed's rule; returns the replicas it could not place within the quotas (a quota
+    blocked by a worker that already owns the task), for a water-filling pass."""
+    got: Got = {}
+    free = {w: cap[w] - load[w] for w in sorted(open_workers) if cap[w] - load[w] > EPS}
+    if not free or not tasks:
+        return got, tasks
+    total_free = sum(free.values())
+    demand = cost * len(tasks)
+    # ceil(n x weight_i), weight_i = free_i / total free, in cost units (a task of cost 1 is
+    # one task), never above the worker's free capacity.
+    quota = {w: min(f, math.ceil(demand * f / total_free - EPS)) for w, f in free.items()}
+    order = list(quota)
+    k = 0  # the worker whose contiguous run of the task list is being filled
+    left: list[str] = []
+    for task in tasks:
+        owners = owners_of[task]
+        while k < len(order) and quota[order[k]] < cost - EPS:
+            k += 1
+        for j in range(k, len(order)):
+            w = order[j]
+            if quota[w] >= cost - EPS and w not in owners and load[w] + cost <= cap[w] + EPS:
+                owners.append(w)
+                load[w] += cost
+                quota[w] -= cost
+                got.setdefault(w, []).append(task)
+                break
+        else:
+            left.append(task)
+    return got, left
