@@ -68,6 +68,7 @@ class Placement:
         self._mode: dict[str, Mode] = {}
         # Workers that may take new replicas (eligible, max_load > 0), in insertion order.
         self._open: dict[str, None] = {}
+        self._level = strategies.WaterLevel()
         self._tasks_of: dict[str, dict[str, None]] = {}
         self._cost: dict[str, float] = {}
         self._owners: dict[str, list[str]] = {}
@@ -120,6 +121,7 @@ class Placement:
         return [w for w, m in self._mode.items() if m is Mode.ELIGIBLE]
 
     def _update_open(self, worker: str) -> None:
+        self._level.touch(worker)
         if self._mode.get(worker) is Mode.ELIGIBLE and self._cap[worker] > 0:
             self._open[worker] = None
         else:
@@ -226,6 +228,7 @@ class Placement:
         owners.append(worker)
         self._tasks_of[worker][task] = None
         self._load[worker] += self._cost[task]
+        self._level.touch(worker)
         if len(owners) >= self.replicas:
             self._pending.pop(task, None)
         self.version += 1
@@ -235,6 +238,7 @@ class Placement:
         del self._tasks_of[worker][task]
         load = self._load[worker] - self._cost[task]
         self._load[worker] = load if load > _EPS else 0.0
+        self._level.touch(worker)
         self._pending[task] = None
         self.version += 1
 
@@ -270,14 +274,17 @@ class Placement:
         args = (self._cap, self._load, self._owners)
         if self.strategy == PROPORTIONAL:
             got, group = strategies.proportional(group, cost, self._open, *args)
+            self._level.invalidate()
             self._record(got, diff, placed)
         elif len(group) >= 8 * len(self._mode):
             # A big batch (a full placement): the O(n) block pass first; the heap after.
             got, group = strategies.fill_blocks(
                 group, cost, r, self.replicas, list(self._open), *args
             )
+            self._level.invalidate()
             self._record(got, diff, placed)
-        self._record(strategies.water_fill(group, cost, self._open, *args), diff, placed)
+        got = strategies.water_fill(group, cost, self._open, *args, self._level)
+        self._record(got, diff, placed)
 
     def _by_cost(self, batch: list[str]) -> list[list[str]]:
         """The batch as groups of equal cost, biggest first (like LPT scheduling), each sorted
@@ -296,9 +303,15 @@ class Placement:
         pending, owners_of, replicas = self._pending, self._owners, self.replicas
         tasks_of, add_many = self._tasks_of, diff.add_many
         for w, tasks in got.items():
-            tasks_of[w].update(dict.fromkeys(tasks))
-            add_many(w, tasks)
-            placed.extend(tasks)
+            if len(tasks) == 1:  # the usual case after a death: one replica per worker
+                task = tasks[0]
+                tasks_of[w][task] = None
+                diff.add(w, task)
+                placed.append(task)
+            else:
+                tasks_of[w].update(dict.fromkeys(tasks))
+                add_many(w, tasks)
+                placed.extend(tasks)
         for t in placed:
             if len(owners_of[t]) >= replicas:
                 pending.pop(t, None)

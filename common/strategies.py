@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 # Loads are sums of costs; compare them with a little slack so 0.1 + 0.2 fits into 0.3.
 EPS = 1e-9
@@ -27,39 +27,91 @@ EPS = 1e-9
 Got = dict[str, list[str]]
 
 
+class WaterLevel:
+    """The water-filling heap of one task cost, kept between calls so that a small event (a
+    death, a few new tasks) does not pay O(W) to rebuild it.
+
+    Entries are ``(key, worker)`` with key ``(load + cost) / max_load``. Whoever changes a
+    worker's load, capacity or mode outside `water_fill` calls `touch`; the next call pushes a
+    fresh entry for it. Old entries are not searched for: one whose key no longer matches the
+    worker (or whose worker is no longer open) is stale and dropped when it reaches the top.
+    """
+
+    __slots__ = ("cost", "dirty", "heap", "valid")
+
+    def __init__(self) -> None:
+        self.cost = 0.0
+        self.heap: list[tuple[float, str]] = []
+        self.dirty: dict[str, None] = {}
+        self.valid = False
+
+    def touch(self, worker: str) -> None:
+        if self.valid:
+            self.dirty[worker] = None
+
+    def invalidate(self) -> None:
+        self.valid = False
+        self.dirty.clear()
+        self.heap = []
+
+    def heap_for(
+        self,
+        cost: float,
+        open_workers: Mapping[str, None],
+        cap: Mapping[str, float],
+        load: Mapping[str, float],
+    ) -> list[tuple[float, str]]:
+        limit = cost - EPS
+        if self.valid and self.cost == cost and len(self.heap) <= 2 * len(open_workers) + 64:
+            heap = self.heap
+            for w in self.dirty:
+                if w in open_workers and cap[w] - load[w] >= limit:
+                    heapq.heappush(heap, ((load[w] + cost) / cap[w], w))
+        else:
+            heap = [
+                ((load[w] + cost) / cap[w], w) for w in open_workers if cap[w] - load[w] >= limit
+            ]
+            heapq.heapify(heap)
+        self.dirty.clear()
+        self.heap, self.cost, self.valid = heap, cost, True
+        return heap
+
+
 def water_fill(
     tasks: list[str],
     cost: float,
-    open_workers: Iterable[str],
+    open_workers: Mapping[str, None],
     cap: dict[str, float],
     load: dict[str, float],
     owners_of: dict[str, list[str]],
+    level: WaterLevel | None = None,
 ) -> Got:
     """Greedy water-filling with a heap: O(log W) per replica. Replicas that fit nowhere (or
     only on workers that already own the task) are left out of ``got``."""
     got: Got = {}
     if not tasks:
         return got
-    limit = cost - EPS
-    heap = [((load[w] + cost) / cap[w], w) for w in open_workers if cap[w] - load[w] >= limit]
-    if not heap:
-        return got
-    heapq.heapify(heap)
+    heap = (level or WaterLevel()).heap_for(cost, open_workers, cap, load)
     heapreplace, heappop, heappush = heapq.heapreplace, heapq.heappop, heapq.heappush
     for task in tasks:
         owners = owners_of[task]
-        _, w = heap[0]
         skipped = None
-        if w in owners:
-            # Rare: the emptiest worker already holds this task; look further down.
-            skipped = []
-            while heap and heap[0][1] in owners:
+        while heap:
+            key, w = heap[0]
+            if w not in open_workers or key != (load[w] + cost) / cap[w]:
+                heappop(heap)  # stale: the worker changed since this entry was pushed
+            elif w in owners:
+                # Rare: the emptiest worker already holds this task; look further down.
+                if skipped is None:
+                    skipped = []
                 skipped.append(heappop(heap))
-            if not heap:
+            else:
+                break
+        else:
+            if skipped:
                 for item in skipped:
                     heappush(heap, item)
-                continue
-            _, w = heap[0]
+            continue
         owners.append(w)
         mine = got.get(w)
         if mine is None:
@@ -73,8 +125,6 @@ def water_fill(
             heapreplace(heap, ((new + cost) / c, w))
         else:
             heappop(heap)
-            if not heap and not skipped:
-                break
         if skipped:
             for item in skipped:
                 heappush(heap, item)
