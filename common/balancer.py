@@ -1,0 +1,237 @@
+"""The client-side balancer: subset + health + flow control + picker, behind a small API.
+
+::
+
+    balancer = Balancer(BalancerConfig(picker="wrr", subset_size=20), backends, client=7,
+                        clock=time.monotonic)          # the caller supplies the clock
+    with balancer.pick() as request:
+        reply = send(request.backend, ...)
+        request.report = LoadReport(reply.qps, reply.utilization, reply.eps)  # optional
+    # leaving the block records the outcome (an exception is a failure), the latency and any
+    # load report; `request.fail()` marks a failure without raising.
+
+Code that keeps many requests in flight at once (the simulator, an event loop) uses the
+explicit form, with times it passes in::
+
+    request = balancer.acquire(now)
+    ...
+    balancer.release(request, now, ok=True, report=None)
+
+The balancer never reads a clock itself: `pick` calls the ``clock`` given to it, and
+`acquire` / `release` take ``now``. Randomness comes from ``random.Random(config.seed ^ client)``
+unless an ``rng`` is passed in.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from corral.common.backends import BackendEvent, BackendState, BackendTable, HealthConfig
+from corral.common.errors import CorralError
+from corral.common.pickers import PICKERS, make_picker
+from corral.common.subsetting import ALGORITHMS, DEFAULT_LOT_SIZE, LOW_CHURN, subset
+from corral.common.weights import LoadReport, WeightConfig, WeightTracker
+
+
+class NoBackendAvailable(CorralError):
+    """Every backend of the subset is a lame duck (or the subset is empty)."""
+
+
+@dataclass(frozen=True)
+class BalancerConfig:
+    """Everything a `Balancer` needs besides the backends and the client's index."""
+
+    picker: str = "wrr"
+    subsetting: str = LOW_CHURN
+    subset_size: int = 20  # the chapter: "typically 20 to 100"
+    seed: int = 0  # shared by all clients of one service, so their subsets fit together
+    lot_size: int = DEFAULT_LOT_SIZE
+    health: HealthConfig = field(default_factory=HealthConfig)
+    weights: WeightConfig = field(default_factory=WeightConfig)
+    latency_smoothing: float = 0.1  # weight of a new sample in the per-backend latency EWMA
+
+    def __post_init__(self) -> None:
+        if self.picker not in PICKERS:
+            raise ValueError(f"unknown picker {self.picker!r}; use one of {sorted(PICKERS)}")
+        if self.subsetting not in ALGORITHMS:
+            raise ValueError(f"unknown subsetting {self.subsetting!r}; use one of {ALGORITHMS}")
+        if self.subset_size < 1:
+            raise ValueError(f"subset_size must be at least 1, not {self.subset_size}")
+        if not 0 < self.latency_smoothing <= 1:
+            raise ValueError("latency_smoothing must be in (0, 1]")
+
+
+@dataclass
+class Request:
+    """One request the balancer handed out. Set ``report`` to pass on the backend's load
+    report; call `fail` to record a failure without raising out of a ``with`` block."""
+
+    backend: str
+    slot: int
+    started: float
+    generation: int
+    ok: bool = True
+    report: LoadReport | None = None
+
+    def fail(self) -> None:
+        self.ok = False
+
+
+@dataclass
+class BackendStats:
+    """What this client measured on one backend."""
+
+    requests: int = 0
+    errors: int = 0
+    latency_ewma: float | None = None
+
+
+class Balancer:
+    """One client's view of a service: its subset, their health, and the picker."""
+
+    def __init__(
+        self,
+        config: BalancerConfig,
+        backends: Iterable[str],
+        client: int,
+        clock: Callable[[], float] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self._clock = clock
+        self._rng = rng or random.Random(config.seed ^ (client * 0x9E3779B1))
+        self._generation = 0
+        self._next_weights = float("-inf")
+        self._stats: dict[str, BackendStats] = {}
+        self._weights = WeightTracker(config.weights)
+        self._table = self._new_table(self._subset_of(backends), {}, [], {})
+
+    # -- the subset ------------------------------------------------------------------------
+
+    @property
+    def subset(self) -> list[str]:
+        """The backends this client uses, in slot order."""
+        return list(self._table.names)
+
+    def _subset_of(self, backends: Iterable[str]) -> list[str]:
+        c = self.config
+        return subset(c.subsetting, backends, self.client, c.subset_size, c.seed, c.lot_size)
+
+    def set_backends(self, backends: Iterable[str]) -> None:
+        """The service's backends changed: recompute the subset. Backends that stay keep their
+        state, in-flight count, remembered errors, weights and statistics."""
+        names = self._subset_of(backends)
+        if names == self._table.names:
+            return
+        old = self._table
+        states = {n: old.states[i] for i, n in enumerate(old.names)}
+        active = {n: old.picker.active[i] for i, n in enumerate(old.names)}
+        self._table = self._new_table(names, states, old.pending_errors(), active)
+        self._generation += 1
+        self._next_weights = float("-inf")
+        for name in old.names:
+            if name not in self._table.slot:
+                self._weights.forget(name)
+                self._stats.pop(name, None)
+
+    def _new_table(
+        self,
+        names: Sequence[str],
+        states: dict[str, BackendState],
+        errors: list[tuple[float, str]],
+        active: dict[str, int],
+    ) -> BackendTable:
+        picker = make_picker(self.config.picker, len(names), self._rng)
+        for i, name in enumerate(names):
+            if active.get(name):  # requests still in flight load the backend
+                picker.add_active(i, active[name])
+        table = BackendTable(names, picker, self.config.health, states)
+        for at, name in errors:
+            if name in table.slot:
+                table.remember_error(name, at)
+        return table
+
+    # -- what the client learns ----------------------------------------------------------
+
+    def handle(self, backend: str, event: BackendEvent) -> BackendState | None:
+        """A health event for ``backend``; ignored (None) if it is not in the subset."""
+        if backend not in self._table.slot:
+            return None
+        return self._table.handle(backend, event)
+
+    def state(self, backend: str) -> BackendState:
+        return self._table.state(backend)
+
+    def report(self, backend: str, report: LoadReport, now: float) -> None:
+        """A load report from ``backend`` (with a response or a health check)."""
+        if backend in self._table.slot:
+            self._weights.report(backend, report, now)
+
+    @property
+    def panic(self) -> bool:
+        return self._table.panic
+
+    def stats(self) -> dict[str, BackendStats]:
+        return {n: self._stats.setdefault(n, BackendStats()) for n in self._table.names}
+
+    def weights(self, now: float) -> list[float]:
+        """The weights ``wrr`` would use at ``now``, in slot order."""
+        return self._weights.weights(self._table.names, now)
+
+    # -- requests ------------------------------------------------------------------------
+
+    def acquire(self, now: float) -> Request:
+        """Choose a backend for a new request starting at ``now``."""
+        table = self._table
+        table.expire(now)
+        if now >= self._next_weights and self.config.picker == "wrr":
+            table.picker.set_weights(self._weights.weights(table.names, now))
+            self._next_weights = now + self.config.weights.update_period
+        i = table.picker.pick()
+        if i < 0:
+            raise NoBackendAvailable(
+                f"no backend available among {len(table.names)} (all lame duck or none)"
+            )
+        table.started(i)
+        return Request(table.names[i], i, now, self._generation)
+
+    def release(
+        self, request: Request, now: float, ok: bool = True, report: LoadReport | None = None
+    ) -> None:
+        """Request ``request`` ended at ``now``: record outcome, latency and load report."""
+        table = self._table
+        if request.generation == self._generation:
+            i: int | None = request.slot
+        else:  # the subset changed meanwhile: find the backend's new slot, if it stayed
+            i = table.slot.get(request.backend)
+        if i is not None:
+            table.finished(i, ok, now)
+            if report is not None:
+                self._weights.report(request.backend, report, now)
+        stats = self._stats.get(request.backend)
+        if stats is None:
+            stats = self._stats[request.backend] = BackendStats()
+        stats.requests += 1
+        stats.errors += not ok
+        latency = now - request.started
+        a = self.config.latency_smoothing
+        ewma = stats.latency_ewma
+        stats.latency_ewma = latency if ewma is None else ewma + a * (latency - ewma)
+
+    @contextmanager
+    def pick(self) -> Iterator[Request]:
+        """``with balancer.pick() as request:`` — times the block with the caller's clock;
+        an exception leaving the block is recorded as a failure and re-raised."""
+        if self._clock is None:
+            raise TypeError("Balancer.pick() needs the clock= given to the Balancer")
+        request = self.acquire(self._clock())
+        try:
+            yield request
+        except BaseException:
+            self.release(request, self._clock(), ok=False, report=request.report)
+            raise
+        self.release(request, self._clock(), ok=request.ok, report=request.report)

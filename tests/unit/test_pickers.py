@@ -1,0 +1,206 @@
+"""Pickers: never an ineligible slot, the chapter's least-loaded example, weighted shares."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from corral.common.pickers import PICKERS, LeastLoaded, make_picker
+
+
+@pytest.mark.parametrize("name", sorted(PICKERS))
+@given(
+    n=st.integers(1, 12),
+    ops=st.lists(st.tuples(st.sampled_from("peEwrx"), st.integers(0, 11)), max_size=200),
+    seed=st.integers(0, 3),
+)
+def test_picks_are_eligible_and_counts_add_up(
+    name: str, n: int, ops: list[tuple[str, int]], seed: int
+) -> None:
+    """Random pick / release / eligibility / error sequences against a model of the counts."""
+    p = make_picker(name, n, random.Random(seed))
+    eligible = [True] * n
+    active = [0] * n
+    errors = [0] * n
+    for op, raw in ops:
+        i = raw % n
+        if op == "p":
+            got = p.pick()
+            if any(eligible):
+                assert 0 <= got < n and eligible[got]
+                active[got] += 1
+            else:
+                assert got == -1
+        elif op == "r" and active[i]:
+            p.release(i)
+            active[i] -= 1
+        elif op in "eE":
+            eligible[i] = op == "e"
+            p.set_eligible(i, eligible[i])
+        elif op == "w":
+            p.add_error(i)
+            errors[i] += 1
+        elif op == "x" and errors[i]:
+            p.drop_error(i)
+            errors[i] -= 1
+        assert p.active == active and p.errors == errors
+
+
+@pytest.mark.parametrize("name", ["llrr", "llrr-naive"])
+@given(
+    n=st.integers(1, 10),
+    ops=st.lists(st.tuples(st.sampled_from("prwxE"), st.integers(0, 9)), max_size=150),
+)
+def test_least_loaded_always_picks_a_least_loaded_slot(
+    name: str, n: int, ops: list[tuple[str, int]]
+) -> None:
+    p = make_picker(name, n, random.Random(0))
+    counts_errors = name == "llrr"
+    for op, raw in ops:
+        i = raw % n
+        if op == "p":
+            loads = {
+                j: p.active[j] + (p.errors[j] if counts_errors else 0)
+                for j in range(n)
+                if p.eligible[j]
+            }
+            got = p.pick()
+            assert got == -1 if not loads else loads[got] == min(loads.values())
+        elif op == "r" and p.active[i]:
+            p.release(i)
+        elif op == "w":
+            p.add_error(i)
+        elif op == "x" and p.errors[i]:
+            p.drop_error(i)
+        elif op == "E":
+            p.set_eligible(i, not p.eligible[i])
+
+
+def test_least_loaded_follows_the_chapters_example() -> None:
+    # t0..t9 with 2 1 0 0 1 0 2 0 0 1 active requests (made here with errors, which llrr counts).
+    p = make_picker("llrr", 10, random.Random(0))
+    for t, load in enumerate([2, 1, 0, 0, 1, 0, 2, 0, 0, 1]):
+        for _ in range(load):
+            p.add_error(t)
+    assert p.pick() == 2  # candidates t2, t3, t5, t7, t8
+    assert [p.pick() for _ in range(4)] == [3, 5, 7, 8]
+    # Everything but t0 and t6 is at 1 now; t4's request finishes, so t4 gets the next one.
+    p.drop_error(4)
+    assert p.pick() == 4
+
+
+def test_naive_least_loaded_sinkholes_into_a_fast_failing_backend() -> None:
+    """Slot 0 fails every request at once; the others take 10 steps. Naive least-loaded sends
+    slot 0 most of the traffic, error-counting least-loaded almost none."""
+    share = {}
+    for name in ("llrr", "llrr-naive"):
+        p = make_picker(name, 5, random.Random(0))
+        in_flight: list[tuple[int, int]] = []  # (finishes at step, slot)
+        errors: list[tuple[int, int]] = []  # (forgotten at step, slot)
+        picks: Counter[int] = Counter()
+        for step in range(5000):
+            for entry in [e for e in errors if e[0] == step]:
+                p.drop_error(entry[1])
+                errors.remove(entry)
+            for entry in [e for e in in_flight if e[0] == step]:
+                p.release(entry[1])
+                in_flight.remove(entry)
+                if entry[1] == 0:
+                    p.add_error(0)
+                    errors.append((step + 50, 0))
+            for _ in range(2):  # two new requests per step
+                i = p.pick()
+                picks[i] += 1
+                in_flight.append((step + (1 if i == 0 else 10), i))
+        share[name] = picks[0] / sum(picks.values())
+    assert share["llrr-naive"] > 0.5
+    assert share["llrr"] < 0.1
+
+
+@given(
+    weights=st.lists(st.floats(0.05, 20.0), min_size=1, max_size=30),
+    seed=st.integers(0, 5),
+)
+def test_weighted_round_robin_shares_follow_the_weights_within_one_percent(
+    weights: list[float], seed: int
+) -> None:
+    p = make_picker("wrr", len(weights), random.Random(seed))
+    p.set_weights(weights)
+    total = sum(weights)
+    picks = 200 * len(weights) + int(100 * total / min(weights))  # ≥ 100 picks on the lightest
+    got = Counter(p.pick() for _ in range(picks))
+    for i, w in enumerate(weights):
+        expected = picks * w / total
+        assert abs(got[i] - expected) <= max(0.01 * expected, 1.0)
+
+
+def test_weighted_round_robin_keeps_progress_when_weights_change() -> None:
+    p = make_picker("wrr", 2, random.Random(0))
+    p.set_weights([1.0, 1.0])
+    first = Counter(p.pick() for _ in range(1000))
+    p.set_weights([3.0, 1.0])
+    second = Counter(p.pick() for _ in range(4000))
+    assert first == {0: 500, 1: 500}
+    assert abs(second[0] - 3000) <= 2
+
+
+def test_weighted_round_robin_skips_an_ineligible_slot_without_a_burst_later() -> None:
+    p = make_picker("wrr", 3, random.Random(0))
+    p.set_eligible(1, False)
+    assert 1 not in {p.pick() for _ in range(300)}
+    p.set_eligible(1, True)
+    window = Counter(p.pick() for _ in range(30))
+    assert window[1] <= 11  # its fair share of 30 is 10
+
+
+@pytest.mark.parametrize("name", sorted(PICKERS))
+def test_every_eligible_slot_gets_traffic_and_none_when_nothing_is_eligible(name: str) -> None:
+    p = make_picker(name, 8, random.Random(1))
+    p.set_eligible(3, False)
+    seen: Counter[int] = Counter()
+    for _ in range(800):
+        i = p.pick()
+        seen[i] += 1
+        p.release(i)
+    assert set(seen) == {0, 1, 2, 4, 5, 6, 7}
+    for i in range(8):
+        p.set_eligible(i, False)
+    assert p.pick() == -1
+
+
+def test_round_robin_goes_round() -> None:
+    p = make_picker("rr", 4, random.Random(2))
+    first = p.pick()
+    assert [p.pick() for _ in range(7)] == [(first + k) % 4 for k in range(1, 8)]
+
+
+def test_power_of_two_prefers_the_less_loaded_of_its_two() -> None:
+    p = make_picker("p2c", 2, random.Random(0))
+    for _ in range(5):
+        p.add_error(0)
+    assert {p.pick() for _ in range(3)} == {1}
+
+
+def test_least_loaded_purges_stale_queue_entries() -> None:
+    p = make_picker("llrr", 3, random.Random(0))
+    assert isinstance(p, LeastLoaded)
+    p.add_error(2)
+    p.add_error(2)  # slot 2 sits at load 2 while slots 0 and 1 cycle below it
+    for _ in range(10_000):
+        p.add_error(2)
+        p.drop_error(2)
+        p.release(p.pick())
+    assert max(len(q) for q in p._queues) <= 2 * 3 + 8
+
+
+def test_an_empty_picker_and_bad_arguments() -> None:
+    for name in PICKERS:
+        assert make_picker(name, 0, random.Random(0)).pick() == -1
+    with pytest.raises(ValueError, match="unknown picker"):
+        make_picker("fastest", 3, random.Random(0))
+    with pytest.raises(ValueError, match="positive weight"):
+        make_picker("wrr", 2, random.Random(0)).set_weights([1.0, 0.0])
