@@ -26,7 +26,7 @@ kept in insertion-ordered dicts and sorted where an order is chosen.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -69,6 +69,8 @@ class Placement:
         # Workers that may take new replicas (eligible, max_load > 0), in insertion order.
         self._open: dict[str, None] = {}
         self._level = strategies.WaterLevel()
+        # task -> workers it must not be placed on (it kept failing there)
+        self._excluded: dict[str, dict[str, None]] = {}
         self._tasks_of: dict[str, dict[str, None]] = {}
         self._cost: dict[str, float] = {}
         self._owners: dict[str, list[str]] = {}
@@ -198,6 +200,7 @@ class Placement:
                 diff.remove(w, task)
             del self._cost[task], self._owners[task]
             self._pending.pop(task, None)
+            self._excluded.pop(task, None)
         self.version += 1
         return diff
 
@@ -222,6 +225,25 @@ class Placement:
             return False
         self._unassign(task, worker)
         return True
+
+    def exclude(self, task: str, worker: str) -> bool:
+        """Never place ``task`` on ``worker`` again (until `include`); takes it off now if the
+        worker owns it (it becomes pending). True if the worker owned it."""
+        if task not in self._cost:
+            return False
+        self._excluded.setdefault(task, {})[worker] = None
+        return self.unassign(task, worker)
+
+    def include(self, task: str, worker: str) -> None:
+        """Lift an exclusion (call `place` to use the worker again)."""
+        ex = self._excluded.get(task)
+        if ex is not None:
+            ex.pop(worker, None)
+            if not ex:
+                del self._excluded[task]
+
+    def excluded(self) -> dict[str, list[str]]:
+        return {t: list(ws) for t, ws in self._excluded.items()}
 
     def _assign(self, task: str, worker: str) -> None:
         owners = self._owners[task]
@@ -272,18 +294,19 @@ class Placement:
     def _place_group(self, group: list[str], r: int, diff: Diff, placed: list[str]) -> None:
         cost = self._cost[group[0]]
         args = (self._cap, self._load, self._owners)
+        ex = self._excluded
         if self.strategy == PROPORTIONAL:
-            got, group = strategies.proportional(group, cost, self._open, *args)
+            got, group = strategies.proportional(group, cost, self._open, *args, ex)
             self._level.invalidate()
             self._record(got, diff, placed)
         elif len(group) >= 8 * len(self._mode):
             # A big batch (a full placement): the O(n) block pass first; the heap after.
             got, group = strategies.fill_blocks(
-                group, cost, r, self.replicas, list(self._open), *args
+                group, cost, r, self.replicas, list(self._open), *args, ex
             )
             self._level.invalidate()
             self._record(got, diff, placed)
-        got = strategies.water_fill(group, cost, self._open, *args, self._level)
+        got = strategies.water_fill(group, cost, self._open, *args, self._level, ex)
         self._record(got, diff, placed)
 
     def _by_cost(self, batch: list[str]) -> list[list[str]]:
@@ -324,7 +347,9 @@ class Placement:
         utils = [self.utilization(w) for w in self.eligible()]
         return max(utils) - min(utils) if len(utils) > 1 else 0.0
 
-    def rebalance(self, tolerance: float, budget: int) -> tuple[Diff, list[Move]]:
+    def rebalance(
+        self, tolerance: float, budget: int, pinned: Container[str] = ()
+    ) -> tuple[Diff, list[Move]]:
         """Move up to ``budget`` replicas from the most to the least utilized eligible workers
         while the spread exceeds ``tolerance``. A move is made only if it lowers the higher of
         the two workers' utilizations, so no rebalance ever raises the maximum utilization."""
@@ -333,7 +358,7 @@ class Placement:
         if len(eligible) < 2 or budget <= 0:
             return diff, moves
         while len(moves) < budget:
-            move = self._best_move(eligible, tolerance)
+            move = self._best_move(eligible, tolerance, pinned)
             if move is None:
                 break
             self._unassign(move.task, move.source)
@@ -343,10 +368,12 @@ class Placement:
             moves.append(move)
         return diff, moves
 
-    def _best_move(self, eligible: list[str], tolerance: float) -> Move | None:
+    def _best_move(
+        self, eligible: list[str], tolerance: float, pinned: Container[str]
+    ) -> Move | None:
         return best_move(
             eligible, tolerance, self.utilization, self._cap, self._load, self._cost,
-            self._tasks_of, self._owners,
+            self._tasks_of, self._owners, pinned, self._excluded,
         )
 
 

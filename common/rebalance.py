@@ -9,7 +9,7 @@ utilization, and it stops once the spread is within ``tolerance``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 
 from .diff import Move
 from .strategies import EPS
@@ -24,6 +24,8 @@ def best_move(
     cost_of: Mapping[str, float],
     tasks_of: Mapping[str, Mapping[str, None]],
     owners_of: Mapping[str, list[str]],
+    pinned: Container[str] = (),
+    excluded: Mapping[str, Container[str]] | None = None,
 ) -> Move | None:
     """The first useful move from the most utilized worker toward the least utilized ones."""
     by_util = sorted(eligible, key=lambda w: (utilization(w), w))
@@ -38,7 +40,9 @@ def best_move(
             cap_dst = cap[dst]
             for task in tasks_of[src]:
                 cost = cost_of[task]
-                if dst in owners_of[task]:
+                if task in pinned or dst in owners_of[task]:
+                    continue
+                if excluded and dst in excluded.get(task, ()):
                     continue
                 after_dst = (load[dst] + cost) / cap_dst if cap_dst > 0 else math.inf
                 if load[dst] + cost <= cap_dst + EPS and after_dst < u_src - EPS:

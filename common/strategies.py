@@ -7,7 +7,12 @@ the tasks it did not place. `Placement` does the rest of the book-keeping.
 
 ``least-utilized`` (`water_fill`, with `fill_blocks` as its bulk fast path): each replica goes
 to the open worker with the lowest utilization *after* placing it, ``(load + cost) / max_load``
-(ties: lowest id), so the maximum utilization ends as low as integer placement allows.
+(ties: lowest id). With one replica per task and unit costs this is optimal: the maximum
+utilization ends as low as integer placement allows. With more replicas the rule that a
+task's replicas sit on distinct workers can cost the greedy order up to one task on the most
+utilized worker (seen only on tiny fleets; tests/unit/test_placement.py checks the bound), and
+when capacity is short it can leave a later replica pending that a reshuffle of this round's
+replicas would have placed. Coverage (first replicas) is never affected.
 
 ``proportional`` (`proportional`): the supervisor seed's rule. weight_i = free_i / Σ free with
 free = max_load − load; worker i takes ceil(n × weight_i) of the round's n replicas as a
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 
 # Loads are sums of costs; compare them with a little slack so 0.1 + 0.2 fits into 0.3.
 EPS = 1e-9
@@ -85,9 +90,10 @@ def water_fill(
     load: dict[str, float],
     owners_of: dict[str, list[str]],
     level: WaterLevel | None = None,
+    excluded: Mapping[str, Container[str]] | None = None,
 ) -> Got:
     """Greedy water-filling with a heap: O(log W) per replica. Replicas that fit nowhere (or
-    only on workers that already own the task) are left out of ``got``."""
+    only on workers that already own the task, or are excluded from it) are left out."""
     got: Got = {}
     if not tasks:
         return got
@@ -95,6 +101,8 @@ def water_fill(
     heapreplace, heappop, heappush = heapq.heapreplace, heapq.heappop, heapq.heappush
     for task in tasks:
         owners = owners_of[task]
+        if excluded and task in excluded:
+            owners = [*owners, *excluded[task]]  # never placed on a worker it failed on
         skipped = None
         while heap:
             key, w = heap[0]
@@ -112,7 +120,7 @@ def water_fill(
                 for item in skipped:
                     heappush(heap, item)
             continue
-        owners.append(w)
+        owners_of[task].append(w)
         mine = got.get(w)
         if mine is None:
             got[w] = [task]
@@ -140,6 +148,7 @@ def fill_blocks(
     cap: dict[str, float],
     load: dict[str, float],
     owners_of: dict[str, list[str]],
+    excluded: Mapping[str, Container[str]] | None = None,
 ) -> tuple[Got, list[str]]:
     """The bulk of a large batch in O(n) instead of O(n log W): the same per-worker counts
     as water-filling, handed out as contiguous blocks; returns what `water_fill` should place.
@@ -170,7 +179,7 @@ def fill_blocks(
         mine = []
         for t in block:
             owners = owners_of[t]
-            if w in owners:
+            if w in owners or (excluded and w in excluded.get(t, ())):
                 deferred.append(t)
             else:
                 owners.append(w)
@@ -190,6 +199,7 @@ def proportional(
     cap: dict[str, float],
     load: dict[str, float],
     owners_of: dict[str, list[str]],
+    excluded: Mapping[str, Container[str]] | None = None,
 ) -> tuple[Got, list[str]]:
     """The seed's rule; returns the replicas it could not place within the quotas (a quota
     blocked by a worker that already owns the task), for a water-filling pass."""
@@ -211,7 +221,12 @@ def proportional(
             k += 1
         for j in range(k, len(order)):
             w = order[j]
-            if quota[w] >= cost - EPS and w not in owners and load[w] + cost <= cap[w] + EPS:
+            if (
+                quota[w] >= cost - EPS
+                and w not in owners
+                and load[w] + cost <= cap[w] + EPS
+                and not (excluded and w in excluded.get(task, ()))
+            ):
                 owners.append(w)
                 load[w] += cost
                 quota[w] -= cost
