@@ -1,10 +1,23 @@
-"""`corral-worker`: the worker agent's command line."""
+"""`corral-worker`: the worker agent's command line. It parses, sets up logging, builds the
+handler and hands over to `WorkerLoop` (docs/worker.md has the whole story)."""
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import Any
 
 import click
+
+from corral.common import logs
+from corral.common.errors import ConfigError
+from corral.common.settings import click_options
+
+from . import config as worker_config
+from .events import EXIT_CONFIG
+from .journal import Journal
+from .loop import WorkerLoop
+from .runner import build
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -13,7 +26,36 @@ def main() -> None:
 
 
 @main.command()
-def run() -> None:
-    """Run the worker agent (not built yet)."""
-    click.echo("corral-worker run: not built yet (see issue 4)", err=True)
-    sys.exit(1)
+@click.option("--config", "config_file", metavar="FILE", default=None,
+              help="a TOML file of the same keys (flags and CORRAL_* variables win over it)")
+@click_options(worker_config.SETTINGS)
+def run(config_file: str | None, **flags: Any) -> None:
+    """Run the worker agent until it is told to stop.
+
+    It reports its state to the supervisor every --report-interval, runs the tasks the
+    supervisor gives it, and gives them up by itself if its lease lapses. SIGTERM (or a first
+    SIGINT) drains it: it takes nothing new and exits once its tasks have been moved away, or
+    after --drain-timeout; a second SIGTERM/SIGINT stops its tasks and exits at once.
+
+    \b
+    Exit status: 0 stopped normally, 1 unexpected error (logged), 2 configuration error
+    (one line on stderr), 3 refused by the supervisor (e.g. its id is in use).
+    """
+    try:
+        cfg = worker_config.load(flags, os.environ, config_file)
+        logs.configure(cfg.log_level)  # before the handler is built: its constructor may log
+        runner = build(cfg)
+        journal = _open_journal(cfg)
+    except ConfigError as exc:
+        click.echo(f"corral-worker: configuration error: {exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+    sys.exit(WorkerLoop(cfg, runner, journal).run())
+
+
+def _open_journal(cfg: worker_config.WorkerConfig) -> Journal | None:
+    if cfg.journal is None:
+        return None
+    try:
+        return Journal(cfg.journal, cfg.worker_id)
+    except OSError as exc:
+        raise ConfigError("journal", f"cannot open {cfg.journal}: {exc.strerror}") from None

@@ -1,0 +1,167 @@
+"""The worker's configuration: its `Setting`s (flags > ``CORRAL_*`` env > TOML > defaults) and
+the one frozen `WorkerConfig` built from them, which every other worker module receives.
+
+    >>> cfg = load({"supervisor": "tcp://127.0.0.1:7760", "handler": "log", "id": "w1"}, {})
+    >>> cfg.report_interval, cfg.drain_timeout, cfg.stop_grace, cfg.on_lease_loss.value
+    (1.0, 30.0, 10.0, 'stop')
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from corral.common.codec import MAX_ID_CHARS
+from corral.common.errors import ConfigError
+from corral.common.logs import LEVELS
+from corral.common.settings import Setting, parse_file, positive, resolve
+
+DEFAULT_MAX_LOAD = 10.0
+DEFAULT_REPORT_INTERVAL = 1.0
+DEFAULT_DRAIN_TIMEOUT = 30.0
+DEFAULT_STOP_GRACE = 10.0
+
+
+class LeaseLoss(StrEnum):
+    """What the worker does with its tasks when its lease lapses."""
+
+    STOP = "stop"  # exclusivity: a task never has two owners (the default)
+    KEEP = "keep"  # availability: tasks keep running, possibly next to their new owner
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Restart delays of a failing task: ``base * 2**(failures-1)``, at most ``cap``. A task
+    that stays up for ``reset_after`` seconds has its consecutive-failure count cleared; it is
+    longer than ``cap`` so a task that crashes every few seconds keeps counting up (and the
+    supervisor can move it) instead of looking healthy between crashes.
+
+    >>> [Backoff().delay(n) for n in (1, 2, 3, 8)]
+    [0.5, 1.0, 2.0, 30.0]
+    """
+
+    base: float = 0.5
+    cap: float = 30.0
+    reset_after: float = 60.0
+
+    def delay(self, failures: int) -> float:
+        # min() on the exponent first, so a huge failure count cannot overflow the float.
+        return min(self.cap, self.base * 2.0 ** min(max(failures - 1, 0), 64))
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything one worker process is told. Times are seconds (fractions allowed)."""
+
+    supervisor: str
+    worker_id: str
+    handler: str
+    exec_template: str | None = None
+    max_load: float = DEFAULT_MAX_LOAD
+    journal: Path | None = None
+    report_interval: float = DEFAULT_REPORT_INTERVAL
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
+    on_lease_loss: LeaseLoss = LeaseLoss.STOP
+    stop_grace: float = DEFAULT_STOP_GRACE
+    # None: readiness is the handler's ready() alone (ready at once without one).
+    ready_after: float | None = None
+    log_level: str = "info"
+    backoff: Backoff = field(default_factory=Backoff)
+
+
+def _handler_spec(v: Any) -> str | None:
+    if v in ("log", "exec"):
+        return None
+    parts = str(v).split(":")
+    if len(parts) == 3 and parts[0] == "python" and all(parts[1:]):
+        return None
+    return "expected log, exec or python:module:Class"
+
+
+def _worker_id(v: Any) -> str | None:
+    if not v or len(v) > MAX_ID_CHARS or v != v.strip():
+        return f"must be 1 to {MAX_ID_CHARS} characters without surrounding spaces"
+    return None
+
+
+def _exec_template(v: Any) -> str | None:
+    try:
+        argv = shlex.split(v)
+    except ValueError as exc:
+        return f"not a valid command line ({exc})"
+    return None if argv else "must name a command"
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("supervisor", "endpoint", None, "the supervisor's worker endpoint (required)",
+            metavar="tcp://HOST:PORT"),
+    Setting("id", "str", None, "this worker's id [default: the host name]", _worker_id,
+            metavar="ID"),
+    Setting("max_load", "number", DEFAULT_MAX_LOAD, "capacity, in task-cost units", positive),
+    Setting("handler", "str", None, "what runs a task: log, exec or python:module:Class "
+            "(required)", _handler_spec, metavar="HANDLER"),
+    Setting("exec", "str", None, 'the command of the exec handler, e.g. "recorder --room '
+            '{task}"; {task} becomes one argument, no shell', _exec_template, metavar="CMD"),
+    Setting("journal", "str", None, "append a JSON line per task start and stop to this file",
+            metavar="PATH"),
+    Setting("report_interval", "seconds", DEFAULT_REPORT_INTERVAL,
+            "seconds between status reports", positive),
+    Setting("drain_timeout", "seconds", DEFAULT_DRAIN_TIMEOUT,
+            "after SIGTERM, seconds to wait for tasks to be moved away before stopping them"),
+    Setting("on_lease_loss", "str", LeaseLoss.STOP.value,
+            "when the lease lapses: stop tasks (exclusive) or keep them (available)",
+            choices=tuple(v.value for v in LeaseLoss)),
+    Setting("stop_grace", "seconds", DEFAULT_STOP_GRACE,
+            "exec handler: seconds between SIGTERM and SIGKILL of a task's process group"),
+    Setting("ready_after", "seconds", None, "report ready after this many seconds even if the "
+            "handler's ready() is not yet true [default: wait for ready(); ready at once "
+            "without one]"),
+    Setting("log_level", "str", "info", "log level", choices=LEVELS),
+)
+
+
+def load(
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    config_file: str | None = None,
+) -> WorkerConfig:
+    """The worker's configuration from flags, the environment and an optional TOML file, or
+    `ConfigError` with one line naming the key at fault."""
+    file_values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            text = Path(config_file).read_text()
+        except OSError as exc:
+            raise ConfigError("config", f"cannot read {config_file}: {exc.strerror}") from None
+        file_values = parse_file(text, config_file)
+    v = resolve(SETTINGS, flags, env, file_values, config_file or "config file")
+    for required in ("supervisor", "handler"):
+        if v[required] is None:
+            flag = "--" + required
+            raise ConfigError(required, f"missing: give {flag} (or CORRAL_{required.upper()})")
+    if (v["handler"] == "exec") != (v["exec"] is not None):
+        raise ConfigError("exec", "--exec is required with --handler exec, and only with it")
+    return WorkerConfig(
+        supervisor=v["supervisor"],
+        worker_id=v["id"] if v["id"] is not None else default_worker_id(),
+        handler=v["handler"],
+        exec_template=v["exec"],
+        max_load=float(v["max_load"]),
+        journal=Path(v["journal"]) if v["journal"] else None,
+        report_interval=v["report_interval"],
+        drain_timeout=v["drain_timeout"],
+        on_lease_loss=LeaseLoss(v["on_lease_loss"]),
+        stop_grace=v["stop_grace"],
+        ready_after=v["ready_after"],
+        log_level=v["log_level"],
+    )
+
+
+def default_worker_id() -> str:
+    """The host name, cut to what the protocol carries."""
+    return (socket.gethostname() or "worker")[:MAX_ID_CHARS]

@@ -1,0 +1,108 @@
+"""What goes into the worker state machine (events) and what comes out (actions).
+
+The I/O loop turns sockets, signals, child processes and the clock into events, feeds them to
+`WorkerMachine.handle(event, now)`, and carries out the actions it returns. Executing a
+`StartTask` or `StopTask` yields further events (`TaskStarted`, `TaskFailed`, `TaskStopped`),
+which the loop feeds back before it looks at anything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.common.protocol import Instructions, Refusal, Status
+
+# -- events ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time has passed: due deadlines fire, and a report goes out if one is due or anything
+    changed since the last one. The loop sends one after every batch of other events, so many
+    changes in one wake-up make one report."""
+
+
+@dataclass(frozen=True)
+class Received:
+    """A decoded message from the supervisor."""
+
+    message: Instructions | Refusal
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    """SIGTERM or SIGINT: the first one drains (lame duck), the second stops at once."""
+
+
+@dataclass(frozen=True)
+class HandlerReady:
+    """The handler's ``ready()`` returned true."""
+
+
+@dataclass(frozen=True)
+class TaskStarted:
+    """The handler started the task."""
+
+    task: str
+
+
+@dataclass(frozen=True)
+class TaskFailed:
+    """The task could not be started, or it ended without being asked to."""
+
+    task: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TaskStopped:
+    """A task the machine asked to stop has really stopped."""
+
+    task: str
+
+
+Event = Tick | Received | StopRequested | HandlerReady | TaskStarted | TaskFailed | TaskStopped
+
+# -- actions -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartTask:
+    task: str
+
+
+@dataclass(frozen=True)
+class StopTask:
+    task: str
+
+
+@dataclass(frozen=True)
+class SendStatus:
+    status: Status
+
+
+@dataclass(frozen=True)
+class Log:
+    """A line for the operator; the machine decides what is worth saying, the loop says it."""
+
+    level: str  # debug | info | warning | error
+    event: str
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Exit:
+    """Every task is stopped: the process ends with this status."""
+
+    code: int
+
+
+Action = StartTask | StopTask | SendStatus | Log | Exit
+
+# Exit statuses of `corral-worker run`.
+EXIT_OK = 0
+EXIT_ERROR = 1  # an unexpected error (logged with its traceback)
+EXIT_CONFIG = 2  # a bad flag, variable or file key, or a handler that cannot be loaded
+EXIT_REFUSED = 3  # the supervisor refused this worker (e.g. its id is taken)

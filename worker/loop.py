@@ -1,0 +1,208 @@
+"""The worker's I/O loop: one thread around the pure `WorkerMachine`.
+
+Each turn: wait in one `zmq.Poller` (the DEALER and the read end of a self-pipe) until the
+next deadline — report, lease expiry, drain timeout, restart backoff, ready-after, a pending
+SIGKILL — then turn what happened into events, in this order: signals, messages (drained with
+NOBLOCK), ended tasks, readiness, and finally one `Tick`. Only this loop reads the clock.
+
+Signal handlers only enqueue the signal number; ``signal.set_wakeup_fd`` writes it to the
+self-pipe as well, so the poll wakes at once (SIGCHLD included: a crashed task is seen
+immediately). Every way out — the machine's `Exit`, an unexpected exception — unwinds through
+one `ExitStack` whose first step stops every task that is still running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import zmq
+
+from corral.common import logs
+
+from .channel import Channel, routing_id
+from .config import WorkerConfig
+from .events import (
+    EXIT_ERROR,
+    Action,
+    Event,
+    Exit,
+    HandlerReady,
+    Log,
+    Received,
+    SendStatus,
+    StartTask,
+    StopRequested,
+    StopTask,
+    Tick,
+)
+from .journal import Journal
+from .runner import Runner, TaskExecutor
+from .state import Phase, WorkerMachine
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+READY_CHECK = 0.25  # seconds between ready() calls while starting
+
+
+class WorkerLoop:
+    """Runs one worker incarnation until it exits; `run` returns the exit status."""
+
+    def __init__(
+        self,
+        cfg: WorkerConfig,
+        runner: Runner,
+        journal: Journal | None = None,
+        *,
+        incarnation: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._cfg = cfg
+        self._runner = runner
+        self.incarnation = incarnation if incarnation else (secrets.randbits(63) or 1)
+        self._clock = clock
+        self._log = logs.get("worker", worker=cfg.worker_id)
+        self._executor = TaskExecutor(runner, journal, self._log)
+        self._machine = WorkerMachine(cfg, self.incarnation, clock(),
+                                      waits_for_handler=runner.has_ready)
+        self._pending: deque[int] = deque()  # signal numbers, appended by handlers
+        self._exit_code: int | None = None
+        self._next_ready_check = 0.0
+        self._channel_counters: dict[str, int] = {}
+        self._wake_r, self._wake_w = socket.socketpair()
+        for s in (self._wake_r, self._wake_w):
+            s.setblocking(False)
+
+    @property
+    def machine(self) -> WorkerMachine:
+        return self._machine
+
+    def request_stop(self) -> None:
+        """What SIGTERM does, for a loop running outside the main thread (tests, embedding)."""
+        self._pending.append(signal.SIGTERM)
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+
+    def run(self) -> int:
+        code = EXIT_ERROR
+        try:
+            with contextlib.ExitStack() as stack:
+                channel = self._open(stack)
+                while self._exit_code is None:
+                    self._step(channel)
+                code = self._exit_code
+        except Exception:  # the stack has unwound: every task is stopped, sockets closed
+            code = EXIT_ERROR
+            self._log.exception("unexpected error")
+        self._log.info("worker stopped", exit_code=code, **self.counters())
+        return code
+
+    def counters(self) -> dict[str, int]:
+        return {**self._machine.counters, **self._channel_counters,
+                "handler_errors": self._executor.handler_errors}
+
+    # -- set-up and tear-down ------------------------------------------------------------------
+
+    def _open(self, stack: contextlib.ExitStack) -> Channel:
+        stack.callback(self._wake_r.close)
+        stack.callback(self._wake_w.close)
+        ctx = zmq.Context()
+        stack.callback(ctx.term)
+        channel = Channel(ctx, self._cfg.supervisor, self._cfg.worker_id, self.incarnation)
+        stack.callback(channel.close)
+        self._channel_counters = channel.counters
+        self._poller = zmq.Poller()
+        self._poller.register(channel.socket, zmq.POLLIN)
+        self._poller.register(self._wake_r.fileno(), zmq.POLLIN)
+        self._install_signals(stack)
+        # Unwound first: whatever the reason for leaving, no task outlives the agent.
+        stack.callback(lambda: self._executor.close(self._clock()))
+        self._log.info(
+            "worker started", incarnation=format(self.incarnation, "x"),
+            routing_id=routing_id(self._cfg.worker_id, self.incarnation).decode(errors="replace"),
+            supervisor=self._cfg.supervisor, handler=self._cfg.handler,
+            state=self._machine.phase.value,
+        )
+        return channel
+
+    def _install_signals(self, stack: contextlib.ExitStack) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals are the main thread's; use request_stop() instead
+        old_fd = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+        stack.callback(signal.set_wakeup_fd, old_fd)
+        for sig in (*STOP_SIGNALS, signal.SIGCHLD):
+            old = signal.signal(sig, self._on_signal)
+            stack.callback(signal.signal, sig, old)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._pending.append(signum)
+
+    # -- one turn ------------------------------------------------------------------------------
+
+    def _step(self, channel: Channel) -> None:
+        ready = dict(self._poller.poll(self._timeout_ms(self._clock())))
+        now = self._clock()
+        if self._wake_r.fileno() in ready:
+            self._drain_wake()
+        while self._pending:
+            if self._pending.popleft() in STOP_SIGNALS:
+                self._dispatch(StopRequested(), now, channel)
+            # SIGCHLD needs nothing more: the executor is polled below on every turn.
+        if channel.socket in ready:
+            for msg in channel.receive():
+                self._dispatch(Received(msg), now, channel)
+        for event in self._executor.poll(now):
+            self._dispatch(event, now, channel)
+        if self._checks_ready() and now >= self._next_ready_check:
+            self._next_ready_check = now + READY_CHECK
+            if self._executor.ready():
+                self._dispatch(HandlerReady(), now, channel)
+        self._dispatch(Tick(), now, channel)
+
+    def _checks_ready(self) -> bool:
+        return self._machine.phase is Phase.STARTING and self._runner.has_ready
+
+    def _timeout_ms(self, now: float) -> int:
+        deadline = self._machine.next_deadline()
+        runner_deadline = self._runner.next_deadline(now)
+        if runner_deadline is not None:
+            deadline = min(deadline, runner_deadline)
+        if self._checks_ready():
+            deadline = min(deadline, self._next_ready_check)
+        return max(0, math.ceil((deadline - now) * 1000))
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while self._wake_r.recv(4096):
+                pass
+
+    def _dispatch(self, event: Event, now: float, channel: Channel) -> None:
+        # The outcome of an action (TaskStarted after StartTask...) is handled before any
+        # other event, so the machine never sees the world change behind its back.
+        queue: deque[Event] = deque([event])
+        while queue:
+            for action in self._machine.handle(queue.popleft(), now):
+                queue.extend(self._execute(action, now, channel))
+
+    def _execute(self, action: Action, now: float, channel: Channel) -> list[Event]:
+        match action:
+            case StartTask(task):
+                return [self._executor.start(task)]
+            case StopTask(task):
+                return self._executor.stop(task, now)
+            case SendStatus(status):
+                channel.send(status)
+            case Log(level, event, fields):
+                log: Any = getattr(self._log, level)
+                log(event, **fields)
+            case Exit(code):
+                self._exit_code = code
+        return []

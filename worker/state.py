@@ -1,0 +1,384 @@
+"""The worker state machine: pure. ``handle(event, now) -> actions``; time is a parameter, and
+there are no sockets, threads or clock reads in here.
+
+Worker phases (reported as `WorkerState`: starting, ready, lame_duck, lame_duck)::
+
+    starting -> ready       HandlerReady, or ``ready_after`` seconds passed
+    starting -> lame_duck   first StopRequested before it was ever ready
+    ready    -> lame_duck   first StopRequested: applies removes, starts nothing new
+    lame_duck -> stopping   it holds no task any more (exit 0), ``drain_timeout`` passed (0),
+                            or a second StopRequested (0)
+    any      -> stopping    a Refusal for this incarnation (exit 3)
+    stopping -> exited      every task has stopped: one last report, then Exit(code)
+
+Task lifecycle (every task the worker holds; ``running`` in reports lists all of them)::
+
+    starting -> running     TaskStarted
+    starting -> backoff     TaskFailed (start raised)
+    running  -> backoff     TaskFailed (it ended on its own); restart after Backoff.delay
+    backoff  -> starting    its retry time came, and the worker may run tasks
+    starting|running -> stopping   removed, reset away, lease lost (stop), or shutting down
+    backoff  -> (gone)      the same reasons: nothing runs, so nothing to stop
+    stopping -> (gone)      TaskStopped; or -> starting if it was added again meanwhile
+
+The lease (docs/protocol.md "Leases"): only an applied instruction set renews it, to
+``max(lease_expires, answers_sent_at + lease)``. Every `handle` first expires what is due at
+``now``, so a renewal that arrives after the lease lapsed cannot undo the lapse: with
+``on_lease_loss=stop`` the tasks are already gone, and the supervisor will send them again.
+New tasks are started only under a held lease.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from corral.common.protocol import Instructions, Refusal, Status, WorkerState
+
+from .config import LeaseLoss, WorkerConfig
+from .events import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    Action,
+    Event,
+    Exit,
+    HandlerReady,
+    Log,
+    Received,
+    SendStatus,
+    StartTask,
+    StopRequested,
+    StopTask,
+    TaskFailed,
+    TaskStarted,
+    TaskStopped,
+    Tick,
+)
+
+
+class Phase(StrEnum):
+    STARTING = "starting"
+    READY = "ready"
+    LAME_DUCK = "lame_duck"
+    STOPPING = "stopping"
+    EXITED = "exited"
+
+
+class TaskState(StrEnum):
+    STARTING = "starting"
+    RUNNING = "running"
+    BACKOFF = "backoff"
+    STOPPING = "stopping"
+
+
+_REPORTED = {
+    Phase.STARTING: WorkerState.STARTING,
+    Phase.READY: WorkerState.READY,
+    Phase.LAME_DUCK: WorkerState.LAME_DUCK,
+    Phase.STOPPING: WorkerState.LAME_DUCK,
+    Phase.EXITED: WorkerState.LAME_DUCK,
+}
+
+
+@dataclass
+class _Task:
+    """Mutable bookkeeping for one held task (internal; never leaves the machine)."""
+
+    state: TaskState
+    epoch: int
+    failures: int = 0
+    since: float = 0.0  # when it entered RUNNING
+    retry_at: float = 0.0  # BACKOFF: when to start it again
+    wanted_again: bool = False  # STOPPING: added again meanwhile, start once it has stopped
+
+
+class WorkerMachine:
+    """One worker incarnation's decisions. See the module docstring for the transitions."""
+
+    def __init__(
+        self, cfg: WorkerConfig, incarnation: int, now: float, *, waits_for_handler: bool
+    ) -> None:
+        self._cfg = cfg
+        self.incarnation = incarnation
+        self._phase = Phase.STARTING
+        # Prewarm: without a ready() and a ready_after the worker is ready at once.
+        self._ready_at: float | None = None if cfg.ready_after is None else now + cfg.ready_after
+        if not waits_for_handler and self._ready_at is None:
+            self._phase = Phase.READY
+        self._tasks: dict[str, _Task] = {}
+        self._applied: tuple[int, int] = (0, 0)
+        self._lease_expires = 0.0
+        self._lease_held = False
+        self._seq = 0
+        self._last_sent_at: float | None = None
+        self._next_report = now  # the first Tick reports at once
+        self._dirty = False
+        self._drain_deadline = 0.0
+        self._exit_code = EXIT_OK
+        self.counters: dict[str, int] = dict.fromkeys(
+            ("sets_applied", "sets_stale", "sets_foreign", "sets_while_stopping",
+             "refusals_foreign", "adds_not_started", "task_failures"), 0)
+
+    # -- read-only views (for the loop and tests) ---------------------------------------------
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    def task_states(self) -> dict[str, TaskState]:
+        return {t: rec.state for t, rec in self._tasks.items()}
+
+    def next_deadline(self) -> float:
+        """The earliest time at which a Tick has something to do (0.0: at once)."""
+        if self._dirty:  # a change made after the last Tick (e.g. a failed restart)
+            return 0.0
+        times = [self._next_report]
+        if self._lease_held:
+            times.append(self._lease_expires)
+        if self._phase is Phase.STARTING and self._ready_at is not None:
+            times.append(self._ready_at)
+        if self._phase is Phase.LAME_DUCK:
+            times.append(self._drain_deadline)
+        for rec in self._tasks.values():
+            if rec.state is TaskState.BACKOFF:
+                times.append(rec.retry_at)
+            elif rec.state is TaskState.RUNNING and rec.failures:
+                times.append(rec.since + self._cfg.backoff.reset_after)
+        return min(times)
+
+    # -- the one entry point -------------------------------------------------------------------
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        out: list[Action] = []
+        if self._phase is Phase.EXITED:
+            return out
+        self._expire(now, out)
+        if isinstance(event, Received):
+            if isinstance(event.message, Instructions):
+                self._on_instructions(event.message, now, out)
+            else:
+                self._on_refusal(event.message, out)
+        elif isinstance(event, StopRequested):
+            self._on_stop_requested(now, out)
+        elif isinstance(event, HandlerReady):
+            if self._phase is Phase.STARTING:
+                self._become_ready(out)
+        elif isinstance(event, TaskStarted):
+            self._on_started(event.task, now)
+        elif isinstance(event, TaskFailed):
+            self._on_failed(event, now, out)
+        elif isinstance(event, TaskStopped):
+            self._on_stopped(event.task, out)
+        self._settle(now, out)
+        if isinstance(event, Tick):
+            self._report_if_due(now, out)
+        return out
+
+    # -- deadlines -----------------------------------------------------------------------------
+
+    def _expire(self, now: float, out: list[Action]) -> None:
+        if self._lease_held and now >= self._lease_expires:
+            self._lease_held = False
+            self._dirty = True
+            keep = self._cfg.on_lease_loss is LeaseLoss.KEEP
+            out.append(Log("warning", "lease lost: no renewal from the supervisor",
+                           {"tasks": len(self._tasks), "action": "keep" if keep else "stop"}))
+            if not keep:
+                self._stop_all(out)
+        if self._phase is Phase.STARTING and self._ready_at is not None and now >= self._ready_at:
+            self._become_ready(out)
+        if self._phase is Phase.LAME_DUCK and now >= self._drain_deadline:
+            out.append(Log("warning", "drain timeout: stopping the remaining tasks",
+                           {"tasks": len(self._tasks)}))
+            self._shut_down(EXIT_OK, out)
+        if self._may_restart():
+            for task, rec in self._tasks.items():
+                if rec.state is TaskState.BACKOFF and now >= rec.retry_at:
+                    rec.state = TaskState.STARTING
+                    out.append(StartTask(task))
+        for rec in self._tasks.values():
+            if (rec.state is TaskState.RUNNING and rec.failures
+                    and now >= rec.since + self._cfg.backoff.reset_after):
+                rec.failures = 0
+                self._dirty = True
+
+    # -- events --------------------------------------------------------------------------------
+
+    def _on_instructions(self, msg: Instructions, now: float, out: list[Action]) -> None:
+        if msg.incarnation != self.incarnation:
+            self.counters["sets_foreign"] += 1
+            return
+        if (msg.epoch, msg.seq) <= self._applied:
+            self.counters["sets_stale"] += 1
+            return
+        if self._phase is Phase.STOPPING:
+            self.counters["sets_while_stopping"] += 1
+            return
+        self.counters["sets_applied"] += 1
+        self._applied = (msg.epoch, msg.seq)
+        self._dirty = True
+        self._renew(msg, now, out)
+        may_start = self._may_start()
+        removed = set(msg.remove)  # named in both add and remove: remove wins (the safe side)
+        wanted = [t for t in dict.fromkeys(msg.add) if t not in removed]
+        if msg.reset:
+            keep = set(wanted)
+            removed = {t for t in self._tasks if t not in keep}
+        for task in sorted(removed):
+            self._stop(task, out)
+        for task in wanted:
+            rec = self._tasks.get(task)
+            if rec is None:
+                if may_start:
+                    self._tasks[task] = _Task(TaskState.STARTING, msg.epoch)
+                    out.append(StartTask(task))
+                else:
+                    self.counters["adds_not_started"] += 1
+            elif rec.state is not TaskState.STOPPING:
+                rec.epoch = msg.epoch  # held: left alone, now confirmed by this epoch
+            elif may_start:
+                rec.epoch = msg.epoch
+                rec.wanted_again = True
+            else:
+                self.counters["adds_not_started"] += 1
+
+    def _renew(self, msg: Instructions, now: float, out: list[Action]) -> None:
+        # The set answers one of our reports, so its send time cannot be later than our latest
+        # report: clamping keeps a confused or hostile echo from stretching the lease.
+        if self._last_sent_at is None:
+            return
+        answered = min(msg.answers_sent_at, self._last_sent_at)
+        self._lease_expires = max(self._lease_expires, answered + msg.lease)
+        held = now < self._lease_expires
+        if held and not self._lease_held:
+            out.append(Log("info", "lease held", {"epoch": msg.epoch, "lease": msg.lease}))
+        self._lease_held = held
+
+    def _on_refusal(self, msg: Refusal, out: list[Action]) -> None:
+        if msg.incarnation != self.incarnation:
+            self.counters["refusals_foreign"] += 1
+            return
+        out.append(Log("error", "refused by the supervisor",
+                       {"code": msg.code, "reason": msg.reason, "epoch": msg.epoch}))
+        self._shut_down(EXIT_REFUSED, out)
+
+    def _on_stop_requested(self, now: float, out: list[Action]) -> None:
+        if self._phase in (Phase.STARTING, Phase.READY):
+            self._phase = Phase.LAME_DUCK
+            self._drain_deadline = now + self._cfg.drain_timeout
+            self._dirty = True
+            out.append(Log("info", "lame duck: draining",
+                           {"tasks": len(self._tasks), "drain_timeout": self._cfg.drain_timeout}))
+        elif self._phase is Phase.LAME_DUCK:
+            out.append(Log("info", "second stop request: stopping now",
+                           {"tasks": len(self._tasks)}))
+            self._shut_down(EXIT_OK, out)
+
+    def _on_started(self, task: str, now: float) -> None:
+        rec = self._tasks.get(task)
+        if rec is not None and rec.state is TaskState.STARTING:
+            rec.state = TaskState.RUNNING
+            rec.since = now
+            self._dirty = True
+
+    def _on_failed(self, event: TaskFailed, now: float, out: list[Action]) -> None:
+        rec = self._tasks.get(event.task)
+        if rec is None:
+            return
+        if rec.state is TaskState.STOPPING:  # it ended while being stopped: that is a stop
+            self._on_stopped(event.task, out)
+            return
+        self.counters["task_failures"] += 1
+        rec.failures += 1
+        rec.state = TaskState.BACKOFF
+        delay = self._cfg.backoff.delay(rec.failures)
+        rec.retry_at = now + delay
+        self._dirty = True
+        out.append(Log("warning", "task failed", {"task": event.task, "reason": event.reason,
+                                                  "failures": rec.failures, "retry_in": delay}))
+
+    def _on_stopped(self, task: str, out: list[Action]) -> None:
+        rec = self._tasks.get(task)
+        if rec is None:
+            return
+        self._dirty = True
+        if rec.state is TaskState.STOPPING and rec.wanted_again and self._may_start():
+            rec.state = TaskState.STARTING
+            rec.wanted_again = False
+            out.append(StartTask(task))
+        else:
+            del self._tasks[task]
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _become_ready(self, out: list[Action]) -> None:
+        self._phase = Phase.READY
+        self._dirty = True
+        out.append(Log("info", "ready"))
+
+    def _may_start(self) -> bool:
+        # `_expire` ran first, so a held lease is valid at `now`.
+        return self._phase is Phase.READY and self._lease_held
+
+    def _may_restart(self) -> bool:
+        # A crashed task is still ours: restart it while draining too, and under `keep` even
+        # without a lease (the operator chose availability).
+        return self._phase in (Phase.READY, Phase.LAME_DUCK) and (
+            self._lease_held or self._cfg.on_lease_loss is LeaseLoss.KEEP
+        )
+
+    def _stop(self, task: str, out: list[Action]) -> None:
+        rec = self._tasks.get(task)
+        if rec is None:
+            return
+        self._dirty = True
+        if rec.state is TaskState.BACKOFF:
+            del self._tasks[task]
+        elif rec.state is TaskState.STOPPING:
+            rec.wanted_again = False
+        else:
+            rec.state = TaskState.STOPPING
+            rec.wanted_again = False
+            out.append(StopTask(task))
+
+    def _stop_all(self, out: list[Action]) -> None:
+        for task in sorted(self._tasks):
+            self._stop(task, out)
+
+    def _shut_down(self, code: int, out: list[Action]) -> None:
+        self._exit_code = max(self._exit_code, code)
+        if self._phase is not Phase.STOPPING:
+            self._phase = Phase.STOPPING
+            self._dirty = True
+        self._stop_all(out)
+
+    def _settle(self, now: float, out: list[Action]) -> None:
+        if self._phase is Phase.LAME_DUCK and not self._tasks:
+            out.append(Log("info", "drained: no tasks left"))
+            self._shut_down(EXIT_OK, out)
+        if self._phase is Phase.STOPPING and not self._tasks:
+            self._phase = Phase.EXITED
+            out.append(SendStatus(self._status(now)))  # the last word: holds nothing
+            out.append(Exit(self._exit_code))
+
+    def _report_if_due(self, now: float, out: list[Action]) -> None:
+        if self._phase is not Phase.EXITED and (self._dirty or now >= self._next_report):
+            out.append(SendStatus(self._status(now)))
+
+    def _status(self, now: float) -> Status:
+        self._seq += 1
+        self._last_sent_at = now
+        self._next_report = now + self._cfg.report_interval
+        self._dirty = False
+        return Status(
+            worker=self._cfg.worker_id,
+            incarnation=self.incarnation,
+            seq=self._seq,
+            sent_at=now,
+            max_load=self._cfg.max_load,
+            running={t: rec.epoch for t, rec in self._tasks.items()},
+            state=_REPORTED[self._phase],
+            applied=self._applied,
+            failures={t: rec.failures for t, rec in self._tasks.items() if rec.failures},
+            lease_held=self._lease_held,
+        )
