@@ -1,19 +1,52 @@
-"""`corral-supervisor`: the supervisor daemon's command line."""
+"""`corral-supervisor`: parse, set up logging, call one library function (the daemon)."""
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import Any
 
 import click
 
+from corral.common import logs
+from corral.common.errors import ConfigError
+from corral.common.settings import click_options
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+from . import config as config_mod
+from .daemon import BindError, Daemon
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 def main() -> None:
     """The corral supervisor: owns the task list, watches workers, assigns tasks."""
 
 
 @main.command()
-def run() -> None:
-    """Run the supervisor daemon (not built yet)."""
-    click.echo("corral-supervisor run: not built yet (see issue 3)", err=True)
-    sys.exit(1)
+@click.option("--config", "config_path", metavar="FILE",
+              help="TOML file with any of the keys below (flags and CORRAL_* env win over it)")
+@click_options(config_mod.SETTINGS)
+def run(config_path: str | None, **flags: Any) -> None:
+    """Run the supervisor daemon.
+
+    It warms up (listens, renews the leases of workers that report, rebuilds the assignment
+    from the tasks they already run), then queries the task source and assigns every task,
+    then runs on events only: worker reports, timeouts, task queries, control commands.
+    Every time value is in seconds and may be fractional. SIGTERM or SIGINT stops it (exit
+    status 0); SIGHUP queries the task source now.
+    """
+    try:
+        cfg = config_mod.load(flags, os.environ, config_path)
+    except ConfigError as exc:
+        click.echo(f"corral-supervisor: configuration error: {exc}", err=True)
+        sys.exit(2)
+    logs.configure(cfg.log_level, cfg.log_json)
+    try:
+        daemon = Daemon(cfg)
+        code = daemon.run()
+    except ConfigError as exc:
+        click.echo(f"corral-supervisor: configuration error: {exc}", err=True)
+        sys.exit(2)
+    except BindError as exc:
+        click.echo(f"corral-supervisor: {exc}", err=True)
+        sys.exit(1)
+    sys.exit(code)

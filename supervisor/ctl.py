@@ -1,19 +1,127 @@
-"""`corralctl`: inspect and steer a running supervisor."""
+"""`corralctl`: inspect and steer a running supervisor. Its commands come from the verb
+registry (supervisor/verbs.py); tables for people, ``-o json`` for scripts."""
 
 from __future__ import annotations
 
+import json
 import sys
+import time
+from collections.abc import Callable
+from typing import Any
 
 import click
 
+from .client import DEFAULT_CONTROL, ControlFailed, Unreachable, request
+from .verbs import VERBS, Verb
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
-    """Inspect and steer a running corral supervisor (not built yet)."""
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--control", envvar="CORRAL_CONTROL", default=DEFAULT_CONTROL, show_default=True,
+              help="the supervisor's control endpoint (env CORRAL_CONTROL)")
+@click.option("--timeout", type=float, default=3.0, show_default=True,
+              help="seconds to wait for an answer")
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
+              show_default=True, help="tables for people, JSON for scripts")
+@click.pass_context
+def main(ctx: click.Context, control: str, timeout: float, output: str) -> None:
+    """Inspect and steer a running corral supervisor.
+
+    Exit status: 0 on success, 1 when the supervisor is unreachable or answers with an error,
+    2 for bad usage.
+    """
+    ctx.obj = {"control": control, "timeout": timeout, "output": output}
+
+
+def _call(ctx: click.Context, verb: str, args: dict[str, Any]) -> Any:
+    o = ctx.obj
+    try:
+        return request(o["control"], verb, args, o["timeout"])
+    except (Unreachable, ControlFailed) as exc:
+        click.echo(f"corralctl: {exc}", err=True)
+        sys.exit(1)
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+             for r in [header, *rows]]
+    return "\n".join(lines)
+
+
+def _fmt_status(r: dict[str, Any]) -> str:
+    return "\n".join(f"{k:<16}{v}" for k, v in r.items())
+
+
+def _fmt_workers(r: dict[str, Any]) -> str:
+    rows = [[w["id"], w["state"], f"{w['running']:g}/{w['max_load']:g}",
+             f"{w['utilization']:.0%}", f"{w['last_report_age_s']:.1f}s", w["address"],
+             w.get("conflict") or ""] for w in r["workers"]]
+    return _table(rows, ["WORKER", "STATE", "RUNNING", "UTIL", "LAST REPORT", "ADDRESS", "NOTE"])
+
+
+def _fmt_tasks(r: dict[str, Any]) -> str:
+    rows = [[t["task"], ",".join(t["owners"]) or "-", str(t["missing"]) if t["missing"] else "",
+             ",".join(t["failing_on"])] for t in r["tasks"]]
+    return _table(rows, ["TASK", "OWNERS", "MISSING", "FAILING ON"])
+
+
+def _fmt_assignments(r: dict[str, Any]) -> str:
+    rows = [[t, ", ".join(ws) or "-"] for t, ws in r["assignments"].items()]
+    out = f"version {r['version']}\n" + _table(rows, ["TASK", "WORKERS"])
+    if r["pending"]:
+        out += f"\npending: {', '.join(r['pending'])}"
+    return out
+
+
+FORMATS: dict[str, Callable[[Any], str]] = {
+    "status": _fmt_status, "workers": _fmt_workers, "tasks": _fmt_tasks,
+    "assignments": _fmt_assignments,
+}
+
+
+def _make_command(verb: Verb) -> click.Command:
+    def callback(**kw: Any) -> None:
+        ctx = click.get_current_context()
+        args = {k: v for k, v in kw.items() if v not in (None, False)}
+        result = _call(ctx, verb.name, args)
+        if ctx.obj["output"] == "json":
+            click.echo(json.dumps(result, indent=2, sort_keys=True))
+        else:
+            fmt = FORMATS.get(verb.name)
+            click.echo(fmt(result) if fmt else ", ".join(f"{k}: {v}" for k, v in result.items()))
+
+    params: list[click.Parameter] = []
+    for a in verb.args:
+        if a.positional:
+            params.append(click.Argument([a.name], required=a.required))
+        elif a.kind is bool:
+            params.append(click.Option([f"--{a.name}"], is_flag=True, help=a.help))
+        else:
+            params.append(click.Option([f"--{a.name}"], help=a.help))
+    return click.Command(verb.name, callback=callback, params=params, help=verb.help + ".")
+
+
+for _verb in VERBS.values():
+    main.add_command(_make_command(_verb))
 
 
 @main.command()
-def status() -> None:
-    """Show the supervisor's phase, epoch and counts (not built yet)."""
-    click.echo("corralctl: not built yet (see issue 3)", err=True)
-    sys.exit(1)
+@click.option("--interval", type=float, default=2.0, show_default=True, help="seconds between")
+@click.option("--count", type=int, default=0, help="stop after this many refreshes (0: never)")
+@click.pass_context
+def watch(ctx: click.Context, interval: float, count: int) -> None:
+    """Refresh status and workers until interrupted."""
+    n = 0
+    try:
+        while True:
+            status = _call(ctx, "status", {})
+            workers = _call(ctx, "workers", {})
+            if sys.stdout.isatty():
+                click.clear()
+            click.echo(_fmt_status(status) + "\n\n" + _fmt_workers(workers) + "\n")
+            n += 1
+            if count and n >= count:
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return

@@ -1,0 +1,122 @@
+"""The supervisor's configuration: every key once, with its default and its check.
+
+Flags beat ``CORRAL_*`` environment variables, which beat the TOML file (``--config``), which
+beats the default. `load` raises `ConfigError` (the CLI prints it and exits 2).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from corral.common.errors import ConfigError
+from corral.common.logs import LEVELS
+from corral.common.placement import LEAST_UTILIZED, STRATEGIES
+from corral.common.settings import Setting, at_least, parse_file, positive, resolve
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("bind", "endpoint", "tcp://0.0.0.0:7760", "where workers connect (ZeroMQ endpoint)"),
+    Setting("control", "endpoint", "tcp://127.0.0.1:7761", "where corralctl connects"),
+    Setting(
+        "tasks", "str", "",
+        "task source: file:PATH (lines, JSON or TOML), cmd:COMMAND, http(s)://URL, "
+        "python:module:function", metavar="SOURCE",
+    ),
+    Setting("replicas", "int", 1, "how many workers run each task", at_least(1)),
+    Setting("strategy", "str", LEAST_UTILIZED, "placement strategy", choices=STRATEGIES),
+    Setting("warmup", "seconds", 30.0, "listen and rebuild from worker reports before assigning"),
+    Setting("expect_workers", "int", 0, "end warm-up early once this many workers reported "
+            "(0: wait the whole warm-up)", at_least(0)),
+    Setting("query_interval", "seconds", 1800.0, "how often to re-read the task source",
+            positive),
+    Setting("query_retry", "seconds", 10.0, "retry delay after the first query failed", positive),
+    Setting("tick", "seconds", 0.5, "timer wheel tick (timeouts fire at most this late)",
+            positive),
+    Setting("lease", "seconds", 10.0, "worker lease: a silent worker stops its tasks after it",
+            positive),
+    Setting("lease_margin", "seconds", 2.0,
+            "extra wait before a silent worker's tasks are given to others"),
+    Setting("renew_interval", "seconds", 0.0,
+            "answer a worker's report at least this often (0: lease / 5)"),
+    Setting("report_interval", "seconds", 1.0,
+            "the workers' report interval (reconciliation waits this long)", positive),
+    Setting("rebalance_tolerance", "number", 0.05,
+            "rebalance when utilizations differ by more than this", at_least(0)),
+    Setting("move_budget", "int", 20, "most tasks one rebalance event moves", at_least(0)),
+    Setting("max_failures", "int", 3,
+            "consecutive failures of a task on a worker before it moves elsewhere", at_least(1)),
+    Setting("failure_cooldown", "seconds", 300.0,
+            "how long a task stays off a worker it kept failing on", positive),
+    Setting("source_timeout", "seconds", 30.0, "timeout of a cmd: or http: task query",
+            positive),
+    Setting("allow_empty", "bool", False, "let an empty task list remove every task"),
+    Setting("metrics", "hostport", "", "serve Prometheus metrics on HOST:PORT",
+            metavar="HOST:PORT"),
+    Setting("state_file", "str", "", "where the epoch is kept "
+            "[default: $XDG_STATE_HOME/corral/supervisor.epoch]", metavar="PATH"),
+    Setting("forget_after", "seconds", 3600.0, "drop an inactive worker from the registry after",
+            positive),
+    Setting("log_level", "str", "info", "log level", choices=LEVELS),
+    Setting("log_json", "bool", None, "JSON log lines (default: when stderr is not a terminal)"),
+)
+
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    bind: str = "tcp://0.0.0.0:7760"
+    control: str = "tcp://127.0.0.1:7761"
+    tasks: str = ""
+    replicas: int = 1
+    strategy: str = LEAST_UTILIZED
+    warmup: float = 30.0
+    expect_workers: int = 0
+    query_interval: float = 1800.0
+    query_retry: float = 10.0
+    tick: float = 0.5
+    lease: float = 10.0
+    lease_margin: float = 2.0
+    renew_interval: float = 0.0
+    report_interval: float = 1.0
+    rebalance_tolerance: float = 0.05
+    move_budget: int = 20
+    max_failures: int = 3
+    failure_cooldown: float = 300.0
+    source_timeout: float = 30.0
+    allow_empty: bool = False
+    metrics: str = ""
+    state_file: str = ""
+    forget_after: float = 3600.0
+    log_level: str = "info"
+    log_json: bool | None = None
+
+    @property
+    def renew_every(self) -> float:
+        return self.renew_interval if self.renew_interval > 0 else self.lease / 5
+
+    def epoch_path(self) -> Path:
+        if self.state_file:
+            return Path(self.state_file)
+        base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        return Path(base) / "corral" / "supervisor.epoch"
+
+
+def load(
+    flags: Mapping[str, Any], env: Mapping[str, str], config_path: str | None
+) -> SupervisorConfig:
+    """Resolve flags, environment and file into a checked config."""
+    file_values: dict[str, Any] = {}
+    if config_path:
+        try:
+            text = Path(config_path).read_text()
+        except OSError as exc:
+            raise ConfigError("config", f"cannot read {config_path}: {exc.strerror}") from None
+        file_values = parse_file(text, config_path)
+    values = resolve(SETTINGS, flags, env, file_values, config_path or "config file")
+    if not values["tasks"]:
+        raise ConfigError("tasks", "a task source is required (--tasks SOURCE)")
+    if values["renew_interval"] and values["renew_interval"] >= values["lease"]:
+        raise ConfigError("renew_interval", "must be shorter than the lease")
+    return SupervisorConfig(**values)

@@ -1,0 +1,36 @@
+"""What the supervisor counts. Plain integers bumped on the hot path (a Prometheus counter's
+lock would cost more than the work); `supervisor.metrics` exports them at scrape time."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class Counters:
+    reports: int = 0  # status messages handled
+    stale_reports: int = 0  # not newer than the last from that worker: dropped
+    impostor_reports: int = 0  # an id and incarnation from a connection not its own
+    refused_reports: int = 0  # from an incarnation that was refused
+    decode_errors: int = 0  # frames that were not valid messages
+    bad_frames: int = 0  # wrong number of frames on the worker socket
+    control_errors: int = 0  # control requests answered with an error
+    messages_out: int = 0
+    send_failures: int = 0  # peer gone or its queue full
+    joins: int = 0
+    restarts: int = 0  # a worker id came back with a new incarnation
+    revivals: int = 0  # an inactive worker reported again
+    duplicate_ids: int = 0
+    lease_expiries: int = 0  # workers whose timeout fired
+    foreign_epochs: int = 0  # reports showing a newer epoch than ours while running
+    assignment_events: int = 0
+    assignment_seconds: float = 0.0
+    tasks_moved: int = 0  # replicas started somewhere new
+    reconciliations: int = 0  # corrective instruction sets
+    resends: int = 0  # instruction sets sent again as a reset because one was lost
+    task_queries: int = 0
+    source_errors: int = 0
+    failures_moved: int = 0  # replicas moved off a worker they kept failing on
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)

@@ -1,0 +1,46 @@
+"""The supervisor's epoch (its fencing token) survives restarts in a small state file.
+
+Each start takes the stored epoch + 1 and stores it before saying anything to a worker; the
+write goes to a temporary file that is fsynced and renamed over the old one, so a crash leaves
+either the old epoch or the new one, never a torn file. (Should the file be lost, the core
+still raises its epoch above any a worker reports having applied, during warm-up.)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from corral.common.errors import ConfigError
+
+
+def load(path: Path) -> int:
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise ConfigError("state_file", f"cannot read {path}: {exc.strerror}") from None
+    if not text.isdigit():
+        raise ConfigError("state_file", f"{path} holds {text[:40]!r}, not an epoch number; "
+                                        "fix or delete it")
+    return int(text)
+
+
+def save(path: Path, epoch: int) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(f"{epoch}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ConfigError("state_file", f"cannot write {path}: {exc.strerror}") from None
+
+
+def next_epoch(path: Path) -> int:
+    epoch = load(path) + 1
+    save(path, epoch)
+    return epoch

@@ -1,0 +1,101 @@
+"""Read-only views of the supervisor's state: what the control verbs return.
+
+The JSON shapes are a contract for scripts (keep these keys; add freely):
+``status`` → {phase, epoch, workers_active, workers_total, tasks_assigned, tasks_pending,
+tasks_failing, …}; ``workers`` → {workers: [{id, state, active, max_load, running, utilization,
+last_report_age_s, …}]}; ``assignments`` → {version, assignments: {task: [worker, …]},
+pending: [task, …]}; ``tasks`` → {tasks: [{task, cost, owners, missing, failing_on}]}.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .core import SupervisorCore
+
+
+def _failing(core: SupervisorCore) -> dict[str, list[str]]:
+    """Task -> workers it is failing on (reported failures, or moved off after too many)."""
+    out: dict[str, dict[str, None]] = {}
+    for task, workers in core.placement.excluded().items():
+        out.setdefault(task, {}).update(dict.fromkeys(workers))
+    for rec in core.workers.values():
+        if rec.active:
+            for task in rec.status.failures:
+                out.setdefault(task, {})[rec.id] = None
+    return {t: sorted(ws) for t, ws in out.items()}
+
+
+def status(core: SupervisorCore, now: float) -> dict[str, Any]:
+    p = core.placement
+    active = sum(1 for r in core.workers.values() if r.active)
+    return {
+        "phase": str(core.phase),
+        "epoch": core.epoch,
+        "workers_active": active,
+        "workers_total": len(core.workers),
+        "tasks_total": len(p.tasks),
+        "tasks_assigned": sum(1 for t in p.tasks if p.owners(t)),
+        "tasks_pending": len(p.pending()),
+        "tasks_failing": len(_failing(core)),
+        "replicas": p.replicas,
+        "strategy": p.strategy,
+        "handoffs": len(core.handoffs),
+        "version": p.version,
+        "uptime_s": round(now - core.started_at, 3),
+    }
+
+
+def workers(core: SupervisorCore, now: float) -> dict[str, Any]:
+    cost = core.placement.tasks
+    rows = []
+    for rec in sorted(core.workers.values(), key=lambda r: r.id):
+        st = rec.status
+        running = sum(cost.get(t, 1.0) for t in st.running)
+        state = rec.display_state
+        rows.append({
+            "id": rec.id,
+            "address": st.serve or rec.identity.decode("utf-8", "replace"),
+            "state": state,
+            "active": rec.active,
+            "drained": rec.drained,
+            "max_load": st.max_load,
+            "running": running,
+            "assigned": len(core.placement.tasks_of(rec.id)),
+            "utilization": round(running / st.max_load, 4) if st.max_load else 0.0,
+            "last_report_age_s": round(now - rec.last_received, 3),
+            "incarnation": f"{rec.incarnation:x}",
+            "lease_held": st.lease_held,
+            "failing": sorted(st.failures),
+            "conflict": rec.conflict,
+        })
+    return {"workers": rows}
+
+
+def tasks(core: SupervisorCore, worker: str | None = None, pending: bool = False) -> dict[str, Any]:
+    p = core.placement
+    missing = p.pending()
+    failing = _failing(core)
+    names: Any = p.tasks_of(worker) if worker else p.tasks
+    rows = []
+    for task in sorted(names):
+        if pending and task not in missing:
+            continue
+        rows.append({
+            "task": task,
+            "cost": p.tasks.get(task, 1.0),
+            "owners": list(p.owners(task)),
+            "missing": missing.get(task, 0),
+            "failing_on": failing.get(task, []),
+        })
+    return {"tasks": rows}
+
+
+def assignments(core: SupervisorCore) -> dict[str, Any]:
+    p = core.placement
+    return {
+        "version": p.version,
+        "assignments": {t: list(p.owners(t)) for t in sorted(p.tasks)},
+        "pending": sorted(p.pending()),
+    }
