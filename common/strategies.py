@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 # Loads are sums of costs; compare them with a little slack so 0.1 + 0.2 fits into 0.3.
 EPS = 1e-9
@@ -90,7 +90,7 @@ def water_fill(
     load: dict[str, float],
     owners_of: dict[str, list[str]],
     level: WaterLevel | None = None,
-    excluded: Mapping[str, Container[str]] | None = None,
+    excluded: Mapping[str, Collection[str]] | None = None,
 ) -> Got:
     """Greedy water-filling with a heap: O(log W) per replica. Replicas that fit nowhere (or
     only on workers that already own the task, or are excluded from it) are left out."""
@@ -148,7 +148,7 @@ def fill_blocks(
     cap: dict[str, float],
     load: dict[str, float],
     owners_of: dict[str, list[str]],
-    excluded: Mapping[str, Container[str]] | None = None,
+    excluded: Mapping[str, Collection[str]] | None = None,
 ) -> tuple[Got, list[str]]:
     """The bulk of a large batch in O(n) instead of O(n log W): the same per-worker counts
     as water-filling, handed out as contiguous blocks; returns what `water_fill` should place.
@@ -199,7 +199,7 @@ def proportional(
     cap: dict[str, float],
     load: dict[str, float],
     owners_of: dict[str, list[str]],
-    excluded: Mapping[str, Container[str]] | None = None,
+    excluded: Mapping[str, Collection[str]] | None = None,
 ) -> tuple[Got, list[str]]:
     """The seed's rule; returns the replicas it could not place within the quotas (a quota
     blocked by a worker that already owns the task), for a water-filling pass."""
