@@ -64,7 +64,7 @@ class BalancerConfig:
             raise ValueError("latency_smoothing must be in (0, 1]")
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
     """One request the balancer handed out. Set ``report`` to pass on the backend's load
     report; call `fail` to record a failure without raising out of a ``with`` block."""
@@ -80,7 +80,7 @@ class Request:
         self.ok = False
 
 
-@dataclass
+@dataclass(slots=True)
 class BackendStats:
     """What this client measured on one backend."""
 
@@ -189,6 +189,7 @@ class Balancer:
         table = self._table
         table.expire(now)
         if now >= self._next_weights and self.config.picker == "wrr":
+            self._weights.adjust(table.names, now)
             table.picker.set_weights(self._weights.weights(table.names, now))
             self._next_weights = now + self.config.weights.update_period
         i = table.picker.pick()

@@ -20,6 +20,16 @@ Rules, as in gRPC's weighted_round_robin policy:
 * a backend that reported only errors gets ``min_fraction`` × the mean, never zero, so it keeps
   getting a trickle and can show that it recovered.
 
+**Utilization feedback.** A capacity score cannot see load that *other* clients put on a
+backend: with small subsets and clients of different rates, the backends shared by busy clients
+run hotter although every client splits its own traffic by capacity. So each client also keeps
+a correction factor per backend and, whenever `adjust` sees a new report, multiplies it by
+``(mean utilization of the subset / the backend's utilization) ** utilization_feedback``
+(renormalized to mean 1, clamped to [1/max_correction, max_correction]). That is integral
+control: it moves traffic until the utilizations the client sees are equal, whatever their
+cause. Only new reports move it, so reports that come slowly do not make it overshoot.
+``utilization_feedback = 0`` turns it off, leaving gRPC's capacity-only weights.
+
 Time is a parameter (``now``); nothing here reads a clock.
 """
 
@@ -51,10 +61,14 @@ class WeightConfig:
     expiry: float = 180.0  # seconds after which a report is stale
     update_period: float = 1.0  # seconds between weight recomputations (used by the balancer)
     min_fraction: float = 0.01  # floor, as a fraction of the mean weight
+    utilization_feedback: float = 0.3  # gain of the correction per new report; 0 = off
+    max_correction: float = 5.0  # the correction stays within [1/this, this]
 
     def __post_init__(self) -> None:
-        if self.error_penalty < 0 or self.blackout < 0:
-            raise ValueError("error_penalty and blackout must be non-negative")
+        if self.error_penalty < 0 or self.blackout < 0 or self.utilization_feedback < 0:
+            raise ValueError("error_penalty, blackout and utilization_feedback must be >= 0")
+        if self.max_correction < 1:
+            raise ValueError(f"max_correction must be at least 1, not {self.max_correction}")
         if self.expiry <= 0 or self.update_period <= 0 or not 0 < self.min_fraction <= 1:
             raise ValueError("expiry and update_period must be positive, min_fraction in (0, 1]")
 
@@ -67,18 +81,26 @@ class WeightTracker:
         self._score: dict[str, float | None] = {}  # None: the report says nothing
         self._reported_at: dict[str, float] = {}
         self._since: dict[str, float] = {}  # start of the current run of reports
+        self._utilization: dict[str, float] = {}
+        self._correction: dict[str, float] = {}
+        self._adjusted: dict[str, float] = {}  # time of the report the correction last used
 
     def report(self, backend: str, report: LoadReport, now: float) -> None:
         """Record ``backend``'s report, received at ``now``."""
         last = self._reported_at.get(backend)
         if last is None or now - last > self.config.expiry:
             self._since[backend] = now  # first report, or the first after a gap: blackout
+            self._correction.pop(backend, None)  # and what we learnt before the gap is old
+            self._adjusted.pop(backend, None)
         self._reported_at[backend] = now
         self._score[backend] = self._capability(report)
+        self._utilization[backend] = report.utilization
 
     def forget(self, backend: str) -> None:
         """``backend`` left, or restarted: drop what we knew about it."""
-        for table in (self._score, self._reported_at, self._since):
+        tables = (self._score, self._reported_at, self._since, self._utilization,
+                  self._correction, self._adjusted)  # fmt: skip
+        for table in tables:
             table.pop(backend, None)
 
     def _capability(self, r: LoadReport) -> float | None:
@@ -102,4 +124,33 @@ class WeightTracker:
         known = [w for w in trusted if w]  # an errors-only zero would drag the mean down
         mean = sum(known) / len(known) if known else 1.0
         floor = self.config.min_fraction * mean
-        return [mean if w is None else max(w, floor) for w in trusted]
+        correction = self._correction
+        return [
+            (mean if w is None else max(w, floor)) * correction.get(b, 1.0)
+            for b, w in zip(backends, trusted, strict=True)
+        ]
+
+    def adjust(self, backends: Sequence[str], now: float) -> None:
+        """One step of utilization feedback over the client's subset ``backends``, using the
+        reports that arrived since the last step (see the module doc)."""
+        gain = self.config.utilization_feedback
+        if not gain:
+            return
+        # Only backends with a trusted, positive score: a backend that only fails uses no
+        # CPU, and its low utilization must not earn it more traffic.
+        seen = {b: self._utilization[b] for b in backends if self._trusted(b, now)}
+        seen = {b: u for b, u in seen.items() if u > 0}
+        if len(seen) < 2:
+            return
+        mean = sum(seen.values()) / len(seen)
+        correction, adjusted, at = self._correction, self._adjusted, self._reported_at
+        for b, u in seen.items():
+            if adjusted.get(b) != at[b]:
+                adjusted[b] = at[b]
+                correction[b] = correction.get(b, 1.0) * (mean / u) ** gain
+        # Keep the corrections centred on 1 (they only redistribute), then clamp them.
+        centre = sum(correction.get(b, 1.0) for b in backends) / len(backends)
+        top = self.config.max_correction
+        for b in backends:
+            if b in correction:
+                correction[b] = min(top, max(1 / top, correction[b] / centre))

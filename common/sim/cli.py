@@ -1,19 +1,303 @@
-"""`corral-sim`: simulations of subsetting and load-balancing policies."""
+"""`corral-sim`: simulations of subsetting and load-balancing policies (SRE book, chapter 20).
+
+A thin click layer: it parses, checks, calls `simulate_subsetting` or `simulate_policies`, and
+prints a text report, one JSON object (``-o json``) or a PNG (``--plot``, needs matplotlib).
+"""
 
 from __future__ import annotations
 
+import json
 import sys
+from typing import Any
 
 import click
 
+from corral.common.sim.fleet import FleetConfig
+from corral.common.sim.histogram import (
+    PlotUnavailable,
+    plot_bars,
+    require_matplotlib,
+    text_histogram,
+)
+from corral.common.sim.policies_sim import POLICIES, PolicyResult, RunConfig, simulate_policies
+from corral.common.sim.subsetting_sim import SubsettingResult, simulate_subsetting
+from corral.common.subsetting import ALGORITHMS, DEFAULT_LOT_SIZE
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+OUTPUT = click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: a report with histograms; json: one JSON object on stdout.",
+)
+PLOT = click.option(
+    "--plot",
+    "plot",
+    metavar="FILE.png",
+    default=None,
+    help="Also write a PNG bar chart (one bar per backend) to FILE.png. Needs matplotlib: "
+    "pip install 'corral[plot]'. [default: no plot]",
+)
+SEED = click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of every random choice; the same seed gives the same numbers.",
+)
+
+
+def _check_plot(plot: str | None) -> None:
+    """Fail before a long simulation, not after it, if --plot cannot work."""
+    if plot is None:
+        return
+    try:
+        require_matplotlib()
+    except PlotUnavailable as e:
+        click.echo(f"corral-sim: {e}", err=True)
+        sys.exit(1)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 def main() -> None:
-    """Simulate corral's balancer core (not built yet)."""
+    """Simulate corral's balancer core: how subsetting spreads connections, and how the
+    load-balancing policies spread CPU load (SRE book, chapter 20). Run a subcommand with
+    --help for its options."""
 
 
 @main.command()
-def subsetting() -> None:
-    """Connections per backend under a subsetting algorithm (not built yet)."""
-    click.echo("corral-sim subsetting: not built yet (see issue 5)", err=True)
-    sys.exit(1)
+@click.option(
+    "--clients",
+    type=click.IntRange(min=1),
+    default=300,
+    show_default=True,
+    help="Client tasks, indexes 0..C-1.",
+)
+@click.option(
+    "--backends", type=click.IntRange(min=1), default=300, show_default=True, help="Backend tasks."
+)
+@click.option(
+    "--subset-size",
+    type=click.IntRange(min=1),
+    default=30,
+    show_default=True,
+    help="Backends per client (K).",
+)
+@click.option(
+    "--algo",
+    type=click.Choice(ALGORITHMS),
+    default="deterministic",
+    show_default=True,
+    help="random: shuffle once, take the first K; deterministic: the chapter's "
+    "Subset(); low-churn: lots with van der Corput starts.",
+)
+@SEED
+@click.option(
+    "--resize",
+    "resize",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="B2",
+    help="Also subset over B2 backends and report the churn: the fraction of "
+    "connections that change, and the least any balanced algorithm must move. [default: no resize]",
+)
+@click.option(
+    "--lot-size",
+    type=click.IntRange(min=1),
+    default=DEFAULT_LOT_SIZE,
+    show_default=True,
+    help="Clients per lot for low-churn (a power of two).",
+)
+@OUTPUT
+@PLOT
+def subsetting(
+    clients: int,
+    backends: int,
+    subset_size: int,
+    algo: str,
+    seed: int,
+    resize: int | None,
+    lot_size: int,
+    output: str,
+    plot: str | None,
+) -> None:
+    """Connections per backend under a subsetting algorithm: min / mean / max, min÷mean and
+    max÷mean, and a histogram (the chapter's figures 20-3 to 20-5)."""
+    _check_plot(plot)
+    try:
+        result = simulate_subsetting(algo, clients, backends, subset_size, seed, resize, lot_size)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    if output == "json":
+        click.echo(json.dumps(result.to_json()))
+    else:
+        click.echo("\n".join(_subsetting_text(result)))
+    if plot:
+        title = f"{algo} subsetting: {clients} clients, {subset_size} of {backends} backends"
+        plot_bars(plot, {title: result.counts}, ylabel="connections")
+        if output == "text":
+            click.echo(f"wrote {plot}")
+
+
+def _subsetting_text(r: SubsettingResult) -> list[str]:
+    j = r.to_json()
+    lines = [
+        f"{r.algorithm} subsetting: {r.clients} clients, {r.subset_size} of {r.backends} backends",
+        f"connections per backend: min {r.min}  mean {r.mean:.2f}  max {r.max}"
+        f"  (min÷mean {j['min_over_mean']:.0%}, max÷mean {j['max_over_mean']:.0%})",
+        "",
+        "backends by connections:",
+        *text_histogram(r.counts),
+    ]
+    if r.churn is not None and r.ideal_churn is not None:
+        lines += [
+            "",
+            f"resize {r.backends} → {r.resize_to} backends: churn {r.churn:.2%} of connections"
+            f" (ideal {r.ideal_churn:.2%}, {r.churn / r.ideal_churn:.1f}× ideal)"
+            if r.ideal_churn
+            else f"resize {r.backends} → {r.resize_to}: churn {r.churn:.2%}",
+        ]
+    return lines
+
+
+@main.command()
+@click.option(
+    "--policy",
+    type=click.Choice([*POLICIES, "all"]),
+    default="all",
+    show_default=True,
+    help="rr: round robin; llrr: least-loaded round robin counting recent errors; "
+    "llrr-naive: without counting errors; wrr: weighted round robin; p2c: power of "
+    "two choices; random; all: each in turn on the same fleet.",
+)
+@click.option(
+    "--clients",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Client tasks (M), with Poisson request rates log-uniform over a 10× range.",
+)
+@click.option(
+    "--backends",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Backend tasks (N), each with 4 cores on one of three CPU platforms.",
+)
+@click.option(
+    "--subset-size",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Backends per client (K), by deterministic subsetting.",
+)
+@SEED
+@click.option(
+    "--failing-backend",
+    is_flag=True,
+    default=False,
+    show_default=True,
+    help="Make one backend fail every request fast (1 ms, no CPU). [default: off]",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Simulated seconds measured.",
+)
+@click.option(
+    "--warmup",
+    type=click.FloatRange(min=0),
+    default=20.0,
+    show_default=True,
+    help="Simulated seconds before measuring (wrr trusts a weight after 10 s).",
+)
+@click.option(
+    "--load",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=0.5,
+    show_default=True,
+    help="Mean CPU utilization if traffic were spread in proportion to capacity.",
+)
+@click.option(
+    "--wrr-feedback",
+    type=click.FloatRange(min=0),
+    default=0.3,
+    show_default=True,
+    help="Gain of wrr's utilization feedback; 0 leaves capacity-only weights "
+    "(qps / (utilization + errors/qps)).",
+)
+@OUTPUT
+@PLOT
+def policies(
+    policy: str,
+    clients: int,
+    backends: int,
+    subset_size: int,
+    seed: int,
+    failing_backend: bool,
+    duration: float,
+    warmup: float,
+    load: float,
+    wrr_feedback: float,
+    output: str,
+    plot: str | None,
+) -> None:
+    """Discrete-event simulation of clients balancing requests over their subsets, with
+    machine diversity, query costs varying 1000×, clients of different rates and optionally
+    a fast-failing backend. Reports per policy: CPU utilization per backend, max÷min spread,
+    wasted capacity, error rate, latency p50 / p99, and the failing backend's share."""
+    _check_plot(plot)
+    try:
+        fleet = FleetConfig(
+            backends=backends,
+            clients=clients,
+            subset_size=subset_size,
+            seed=seed,
+            failing_backend=failing_backend,
+            load=load,
+        )
+        run = RunConfig(duration=duration, warmup=warmup)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    chosen = POLICIES if policy == "all" else (policy,)
+    if output == "text":
+        click.echo(f"simulating {', '.join(chosen)} for {warmup + duration:g} s each …", err=True)
+    results = simulate_policies(chosen, fleet, run, wrr_feedback)
+    if output == "json":
+        doc: dict[str, Any] = {"backends": backends, "clients": clients}
+        doc.update({p: r.to_json() for p, r in results.items()})
+        click.echo(json.dumps(doc))
+    else:
+        click.echo("\n".join(_policies_text(fleet, results)))
+    if plot:
+        panels = {
+            f"{p}: CPU max÷min {r.cpu_max_over_min:.2f}": r.utilization for p, r in results.items()
+        }
+        plot_bars(plot, panels, ylabel="CPU utilization")
+        if output == "text":
+            click.echo(f"wrote {plot}")
+
+
+def _policies_text(fleet: FleetConfig, results: dict[str, PolicyResult]) -> list[str]:
+    lines = [
+        f"{fleet.clients} clients, {fleet.backends} backends, subsets of {fleet.subset_size}"
+        + (", one backend failing fast" if fleet.failing_backend else ""),
+        "",
+        f"{'policy':<11} {'CPU max÷min':>11} {'wasted':>7} {'errors':>7} {'p50 ms':>7} "
+        f"{'p99 ms':>7} {'failing share':>13}",
+    ]
+    for p, r in results.items():
+        share = r.failing_backend_share
+        lines.append(
+            f"{p:<11} {r.cpu_max_over_min:>11.2f} {r.wasted_fraction:>7.1%} {r.error_rate:>7.2%}"
+            f" {r.latencies_ms[0]:>7.1f} {r.latencies_ms[1]:>7.1f}"
+            f" {'-' if share is None else f'{share:.2%}':>13}"
+        )
+    if fleet.failing_backend:
+        lines.append(f"(a fair share for the failing backend is about {1 / fleet.backends:.2%})")
+    for p, r in results.items():
+        lines += ["", f"{p}: backends by CPU utilization", *text_histogram(r.utilization, 10)]
+    return lines
