@@ -64,3 +64,46 @@ def test_forget_and_bad_values() -> None:
         WeightConfig(expiry=0)
     with pytest.raises(ValueError):
         WeightConfig(min_fraction=0)
+
+
+def test_feedback_moves_weight_from_hotter_to_cooler_backends_on_new_reports_only() -> None:
+    w = WeightTracker(CFG)  # utilization_feedback 0.3 by default
+    trusted(w, "hot", LoadReport(qps=120, utilization=0.6), 20)  # capacity 200
+    trusted(w, "cool", LoadReport(qps=60, utilization=0.3), 20)  # capacity 200
+    w.adjust(["hot", "cool"], 20.0)
+    hot, cool = w.weights(["hot", "cool"], 20.0)
+    assert hot < 200 < cool
+    # Mean utilization 0.45: hot × (0.45/0.6)**0.3, cool × (0.45/0.3)**0.3, a ratio of 2**0.3.
+    assert cool / hot == pytest.approx(2**0.3, rel=1e-9)
+    w.adjust(["hot", "cool"], 21.0)  # no new report since: nothing moves
+    assert w.weights(["hot", "cool"], 21.0) == pytest.approx([hot, cool])
+    w.report("hot", LoadReport(qps=120, utilization=0.6), 22.0)
+    w.adjust(["hot", "cool"], 22.0)  # only the hot one reported again
+    assert w.weights(["hot", "cool"], 22.0)[0] < hot
+
+
+def test_feedback_is_clamped_and_skips_backends_that_only_fail() -> None:
+    cfg = WeightConfig(blackout=0.0, max_correction=2.0, utilization_feedback=1.0)
+    w = WeightTracker(cfg)
+    for t in range(20):
+        w.report("hot", LoadReport(qps=90, utilization=0.9), float(t))
+        w.report("cool", LoadReport(qps=10, utilization=0.1), float(t))
+        w.report("dead", LoadReport(qps=0, utilization=0.0, eps=100), float(t))
+        w.adjust(["hot", "cool", "dead"], float(t))
+    hot, cool, dead = w.weights(["hot", "cool", "dead"], 19.0)
+    assert hot == pytest.approx(100 / 2) and cool == pytest.approx(100 * 2)
+    assert dead == pytest.approx(1)  # the floor, not raised for its low utilization
+
+
+def test_feedback_off_and_forgotten() -> None:
+    off = WeightTracker(WeightConfig(blackout=0.0, utilization_feedback=0.0))
+    on = WeightTracker(WeightConfig(blackout=0.0))
+    for w in (off, on):
+        w.report("a", LoadReport(qps=80, utilization=0.8), 0.0)
+        w.report("b", LoadReport(qps=20, utilization=0.2), 0.0)
+        w.adjust(["a", "b"], 0.0)
+    assert off.weights(["a", "b"], 0.0) == pytest.approx([100, 100])
+    assert on.weights(["a", "b"], 0.0) != pytest.approx([100, 100])
+    on.forget("a")
+    on.report("a", LoadReport(qps=80, utilization=0.8), 1.0)
+    assert on.weights(["a"], 1.0) == pytest.approx([100])  # its correction went with it
