@@ -74,7 +74,7 @@ def _fmt_assignments(r: dict[str, Any]) -> str:
 
 
 FORMATS: dict[str, Callable[[Any], str]] = {
-    "status": _fmt_status, "workers": _fmt_workers, "tasks": _fmt_tasks,
+    "status": _fmt_status, "counters": _fmt_status, "workers": _fmt_workers, "tasks": _fmt_tasks,
     "assignments": _fmt_assignments,
 }
 

@@ -74,6 +74,8 @@ VERBS: dict[str, Verb] = {
                    Arg("pending", bool, "only tasks short of replicas"))),
         Verb("assignments", "task -> workers, with the assignment version",
              _view(lambda c, a, now: views.assignments(c))),
+        Verb("counters", "the supervisor's counters (what --metrics exports)",
+             _view(lambda c, a, now: c.counters.as_dict())),
         Verb("drain", "move a worker's tasks elsewhere (make-before-break); it takes no new ones",
              _command("drain", lambda a: {"drained": a["worker"]}), (_WORKER,), True),
         Verb("undrain", "let a drained worker take tasks again",

@@ -1,0 +1,137 @@
+"""DEALER sockets playing workers against a real supervisor, following docs/protocol.md.
+
+One background thread owns every socket (ZeroMQ sockets are not thread-safe); tests change a
+fake worker's behaviour through plain attributes (``silent``, ``state``, ``max_load``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+from corral.common import codec
+from corral.common.protocol import Instructions, Refusal, Status, WorkerState
+
+
+@dataclass
+class FakeWorker:
+    id: str
+    max_load: float = 10
+    incarnation: int = 1
+    state: WorkerState = WorkerState.READY
+    silent: bool = False
+    running: dict[str, int] = field(default_factory=dict)
+    applied: tuple[int, int] = (0, 0)
+    lease_until: float = 0.0
+    refused: str | None = None
+    seq: int = 0
+    received: int = 0
+    sock: Any = None
+    next_report: float = 0.0
+
+    @property
+    def identity(self) -> bytes:
+        return f"{self.id}@{self.incarnation:x}".encode()
+
+    def status(self, now: float) -> bytes:
+        self.seq += 1
+        return codec.encode(Status(self.id, self.incarnation, self.seq, now, self.max_load,
+                                   dict(self.running), self.state, applied=self.applied,
+                                   lease_held=now < self.lease_until))
+
+    def apply(self, msg: Instructions | Refusal) -> bool:
+        self.received += 1
+        if isinstance(msg, Refusal):
+            self.refused = msg.reason
+            return True
+        if msg.incarnation != self.incarnation or (msg.epoch, msg.seq) <= self.applied:
+            return False
+        self.applied = (msg.epoch, msg.seq)
+        self.lease_until = max(self.lease_until, msg.answers_sent_at + msg.lease)
+        if msg.reset:
+            self.running = {t: msg.epoch for t in msg.add}
+        else:
+            for t in msg.remove:
+                self.running.pop(t, None)
+            for t in msg.add:
+                self.running[t] = msg.epoch
+        return bool(msg.add or msg.remove or msg.reset)
+
+
+class Fleet:
+    def __init__(self, endpoint: str, interval: float = 0.5) -> None:
+        self.endpoint = endpoint
+        self.interval = interval
+        self.workers: list[FakeWorker] = []
+        self._pending: list[FakeWorker] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def add(self, w: FakeWorker) -> FakeWorker:
+        with self._lock:
+            self._pending.append(w)
+        return w
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def owners(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        with self._lock:
+            for w in self.workers:
+                if w.refused is None:
+                    for t in list(w.running):
+                        out.setdefault(t, []).append(w.id)
+        return out
+
+    def _run(self) -> None:
+        ctx = zmq.Context()
+        poller = zmq.Poller()
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    for w in self._pending:
+                        s = ctx.socket(zmq.DEALER)
+                        s.setsockopt(zmq.IDENTITY, w.identity)
+                        s.setsockopt(zmq.LINGER, 0)
+                        s.setsockopt(zmq.IMMEDIATE, 1)
+                        s.connect(self.endpoint)
+                        w.sock = s
+                        poller.register(s, zmq.POLLIN)
+                        self.workers.append(w)
+                    self._pending.clear()
+                now = time.monotonic()
+                with self._lock:
+                    for w in self.workers:
+                        if w.refused is None and now >= w.lease_until and w.running:
+                            w.running.clear()  # --on-lease-loss stop
+                        if not w.silent and w.refused is None and now >= w.next_report:
+                            w.next_report = now + self.interval
+                            try:
+                                w.sock.send(w.status(now), zmq.NOBLOCK)
+                            except zmq.Again:
+                                pass
+                for sock, _ in poller.poll(20):
+                    try:
+                        frame = sock.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        continue
+                    with self._lock:
+                        w = next(x for x in self.workers if x.sock is sock)
+                        if w.silent:
+                            continue
+                        changed = w.apply(codec.decode(frame))  # type: ignore[arg-type]
+                        if changed:
+                            w.next_report = 0.0  # report at once after a change
+        finally:
+            for w in self.workers:
+                if w.sock is not None:
+                    w.sock.close(linger=0)
+            ctx.term()

@@ -1,0 +1,87 @@
+"""Supervisor configuration: precedence, and one clear line with exit status 2 for bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from corral.common.errors import ConfigError
+from corral.supervisor import config, epochs
+
+EXE = str(Path(sys.executable).parent / "corral-supervisor")
+
+
+def test_precedence_flag_env_file_default(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text('tasks = "file:x"\nlease = 7\nwarmup = 3\nquery-interval = 9\n')
+    cfg = config.load({"lease": "5", "warmup": None}, {"CORRAL_WARMUP": "2.5",
+                                                       "CORRAL_LEASE": "6"}, str(f))
+    assert cfg.lease == 5.0  # flag
+    assert cfg.warmup == 2.5  # env over file
+    assert cfg.query_interval == 9.0  # file
+    assert cfg.tick == 0.5  # default
+    assert cfg.renew_every == 1.0
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([], "tasks: a task source is required"),
+        (["--tasks", "file:x", "--lease", "-1"], "lease: expected a finite number of seconds"),
+        (["--tasks", "file:x", "--lease", "abc"], "lease"),
+        (["--tasks", "file:x", "--tick", "0"], "tick: must be > 0"),
+        (["--tasks", "file:x", "--replicas", "0"], "replicas: must be >= 1"),
+        (["--tasks", "file:x", "--replicas", "1.5"], "replicas: expected an integer"),
+        (["--tasks", "file:x", "--bind", "localhost:7760"], "bind: expected a ZeroMQ endpoint"),
+        (["--tasks", "file:x", "--metrics", "9464"], "metrics: expected HOST:PORT"),
+        (["--tasks", "nonsense"], "tasks: expected file:PATH"),
+        (["--tasks", "python:only_module"], "tasks: expected python:module:function"),
+        (["--tasks", "file:x", "--lease", "2", "--renew-interval", "3"], "renew_interval"),
+        (["--tasks", "file:x", "--config", "/does/not/exist.toml"], "config: cannot read"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(args: list[str], says: str) -> None:
+    out = subprocess.run([EXE, "run", *args], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], out.stderr
+
+
+def test_bad_strategy_is_a_usage_error() -> None:
+    out = subprocess.run([EXE, "run", "--tasks", "file:x", "--strategy", "magic"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "magic" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("lease = -3\ntasks = 'file:x'", "lease"),
+        ("unknown_key = 1\ntasks = 'file:x'", "unknown_key: unknown key"),
+        ("tasks = [", "not valid TOML"),
+        ("tasks = 'file:x'\nallow_empty = 'sure'", "allow_empty: expected true or false"),
+    ],
+)
+def test_bad_config_files(tmp_path: Path, text: str, says: str) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=says):
+        config.load({}, {}, str(f))
+
+
+def test_bad_env_value_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="CORRAL_TICK"):
+        config.load({"tasks": "file:x"}, {"CORRAL_TICK": "fast"}, None)
+
+
+def test_epochs_only_grow_and_survive_restarts(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "epoch"
+    assert [epochs.next_epoch(path) for _ in range(3)] == [1, 2, 3]
+    epochs.save(path, 10)
+    assert epochs.next_epoch(path) == 11
+    path.write_text("garbage")
+    with pytest.raises(ConfigError, match="not an epoch number"):
+        epochs.next_epoch(path)
