@@ -38,7 +38,7 @@ def test_cmd_sources() -> None:
     assert fetch("cmd:echo '[\"j\"]'") == {"j": 1.0}
     with pytest.raises(TaskSourceError, match="exit status 3: boom"):
         fetch("cmd:echo boom >&2; exit 3")
-    with pytest.raises(TaskSourceError, match="no answer within 0.3 s"):
+    with pytest.raises(TaskSourceError, match=r"no answer within 0\.3 s"):
         fetch("cmd:sleep 5", timeout=0.3)
 
 

@@ -6,6 +6,7 @@ fake worker's behaviour through plain attributes (``silent``, ``state``, ``max_l
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -114,10 +115,8 @@ class Fleet:
                             w.running.clear()  # --on-lease-loss stop
                         if not w.silent and w.refused is None and now >= w.next_report:
                             w.next_report = now + self.interval
-                            try:
+                            with contextlib.suppress(zmq.Again):
                                 w.sock.send(w.status(now), zmq.NOBLOCK)
-                            except zmq.Again:
-                                pass
                 for sock, _ in poller.poll(20):
                     try:
                         frame = sock.recv(zmq.NOBLOCK)

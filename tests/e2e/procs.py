@@ -6,6 +6,7 @@ SIGKILL after a grace period) when the test ends, whatever happened. Waiting is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -69,10 +70,8 @@ class Proc:
                 self.popen.wait(5)
         else:
             # Its process group may hold children (exec tasks): never leave them behind.
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         self._fh.close()
         return self.popen.returncode
 
