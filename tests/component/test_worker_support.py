@@ -1,0 +1,175 @@
+"""Helpers for the worker's component tests: a fake supervisor (a real ROUTER on loopback that
+speaks the codec), a bounded `wait_until`, and real `corral-worker` processes that are always
+stopped by pid. The tests at the bottom check the helpers themselves."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from corral.common.codec import decode, encode
+from corral.common.protocol import Instructions, Refusal, Status
+
+WORKER = str(Path(sys.executable).parent / "corral-worker")
+WAIT = 15.0  # generous: the VM is slow and noisy; a passing test never waits this long
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = WAIT, interval: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` passes
+    (returns the last falsy value). Only for waiting on real processes and sockets."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class FakeSupervisor:
+    """A ROUTER that decodes reports and answers them with instruction sets it numbers."""
+
+    def __init__(self, port: int | None = None, epoch: int = 7) -> None:
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        if port is None:
+            port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        else:
+            self.sock.bind(f"tcp://127.0.0.1:{port}")
+        self.endpoint = f"tcp://127.0.0.1:{port}"
+        self.epoch = epoch
+        self.seq = 0
+        self.routing_ids: list[bytes] = []
+        self.last: Status | None = None
+
+    def recv(self, timeout: float = WAIT) -> Status:
+        if not self.sock.poll(int(timeout * 1000)):
+            raise TimeoutError("no report from the worker")
+        rid, frame = self.sock.recv_multipart()
+        msg = decode(frame)
+        assert isinstance(msg, Status)
+        self.routing_ids.append(rid)
+        self.last = msg
+        return msg
+
+    def wait_for(self, predicate: Callable[[Status], bool], timeout: float = WAIT) -> Status:
+        """The first report (from now on) that satisfies ``predicate``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.recv(max(0.0, deadline - time.monotonic()))
+            if predicate(status):
+                return status
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"no matching report; last: {status}")
+
+    def answer(self, status: Status, *, lease: float = 30.0, **fields: Any) -> Instructions:
+        """Send the next instruction set, answering ``status``."""
+        self.seq += 1
+        msg = Instructions(epoch=self.epoch, seq=self.seq, incarnation=status.incarnation,
+                           lease=lease, answers_seq=status.seq, answers_sent_at=status.sent_at,
+                           **fields)
+        self.send(msg)
+        return msg
+
+    def send(self, msg: Instructions | Refusal) -> None:
+        self.send_raw(encode(msg))
+
+    def send_raw(self, frame: bytes) -> None:
+        self.sock.send_multipart([self.routing_ids[-1], frame])
+
+    def refuse(self, status: Status, reason: str) -> None:
+        self.send(Refusal(epoch=self.epoch, incarnation=status.incarnation,
+                          code="duplicate_id", reason=reason))
+
+    def __enter__(self) -> FakeSupervisor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+        self.ctx.term()
+
+
+class Workers:
+    """Starts real `corral-worker run` processes; leaving the `with` kills each by pid."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.procs: list[subprocess.Popen[str]] = []
+        self.logs: dict[int, Path] = {}
+
+    def start(self, endpoint: str, *args: str, worker_id: str = "w1",
+              env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        cmd = [WORKER, "run", "--supervisor", endpoint, "--id", worker_id,
+               "--report-interval", "0.1", *args]
+        path = self.tmp / f"{worker_id}-{len(self.procs)}.log"
+        with path.open("w") as log:
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True,
+                                    env={**os.environ, **(env or {})})
+        self.procs.append(proc)
+        self.logs[proc.pid] = path
+        return proc
+
+    def stderr(self, proc: subprocess.Popen[str]) -> str:
+        return self.logs[proc.pid].read_text()
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=WAIT)
+
+
+def journal(path: Path) -> list[tuple[str, str]]:
+    """(event, task) for each line of a worker journal, in order."""
+    if not path.exists():
+        return []
+    return [(d["event"], d["task"]) for d in map(json.loads, path.read_text().splitlines())]
+
+
+# -- the helpers' own tests --------------------------------------------------------------------
+
+
+def test_wait_until_returns_the_value_or_gives_up() -> None:
+    assert wait_until(lambda: 42, timeout=0.0) == 42
+    assert wait_until(lambda: None, timeout=0.05) is None
+
+
+def test_alive_sees_a_process_end(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert alive(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not alive(proc.pid)
