@@ -54,7 +54,7 @@ class Picker:
         self.eligible = [True] * n
         self.active = [0] * n
         self.errors = [0] * n
-        self._rng = rng
+        self._draw = rng.random
 
     def pick(self) -> int:
         raise NotImplementedError
@@ -93,7 +93,7 @@ class Picker:
         choices = [j for j in range(self.n) if self.eligible[j]]
         if not choices:
             return -1
-        i = choices[int(self._rng.random() * len(choices))]
+        i = choices[int(self._draw() * len(choices))]
         self.active[i] += 1
         return i
 
@@ -131,7 +131,7 @@ class RandomPick(Picker):
     def pick(self) -> int:
         n = self.n
         if n:
-            i = int(self._rng.random() * n)
+            i = int(self._draw() * n)
             if self.eligible[i]:
                 self.active[i] += 1
                 return i
@@ -145,12 +145,12 @@ class PowerOfTwo(Picker):
 
     def pick(self) -> int:
         n = self.n
-        eligible, active, errors = self.eligible, self.active, self.errors
         if n < 2:
             return self._random_eligible()
-        draw = self._rng.random
-        a = int(draw() * n)
-        b = int(draw() * (n - 1))
+        eligible, active, errors = self.eligible, self.active, self.errors
+        x = self._draw() * n
+        a = int(x)
+        b = int((x - a) * (n - 1))  # the draw's remaining bits: one call instead of two
         if b >= a:
             b += 1
         if eligible[a] and eligible[b]:
@@ -184,6 +184,7 @@ class LeastLoaded(Picker):
         self._queues: list[deque[tuple[int, int]]] = [deque()]
         self._min = 0  # never above the least live load
         self._live = n  # eligible slots, i.e. live entries
+        self._limit = 2 * n + 8  # queue length that triggers a purge of stale entries
         for i in range(n):
             self._enqueue(i)
 
@@ -196,16 +197,21 @@ class LeastLoaded(Picker):
             queues.append(deque())
         queue = queues[load]
         queue.append((i, stamp))
-        if len(queue) > 2 * self.n + 8:
-            live = self._stamp
-            queues[load] = deque(e for e in queue if live[e[0]] == e[1])
+        if len(queue) > self._limit:
+            self._purge(load)
         if load < self._min:
             self._min = load
+
+    def _purge(self, load: int) -> None:
+        live = self._stamp
+        self._queues[load] = deque(e for e in self._queues[load] if live[e[0]] == e[1])
 
     def _move(self, i: int, delta: int) -> None:
         self._load[i] += delta
         if self.eligible[i]:
             self._enqueue(i)
+
+    # pick and release run once per request each, so they are written out in full.
 
     def pick(self) -> int:
         if not self._live:
@@ -219,14 +225,31 @@ class LeastLoaded(Picker):
                 if stamps[i] == stamp:
                     self._min = low
                     self.active[i] += 1
-                    self._load[i] = low + 1
-                    self._enqueue(i)
+                    low += 1
+                    self._load[i] = low
+                    stamps[i] = stamp = stamp + 1
+                    if low == len(queues):
+                        queues.append(deque())
+                    queue = queues[low]
+                    queue.append((i, stamp))
+                    if len(queue) > self._limit:
+                        self._purge(low)
                     return i
             low += 1
 
     def release(self, i: int) -> None:
         self.active[i] -= 1
-        self._move(i, -1)
+        load = self._load[i] - 1
+        self._load[i] = load
+        if self.eligible[i]:
+            stamps = self._stamp
+            stamps[i] = stamp = stamps[i] + 1
+            queue = self._queues[load]
+            queue.append((i, stamp))
+            if len(queue) > self._limit:
+                self._purge(load)
+            if load < self._min:
+                self._min = load
 
     def add_active(self, i: int, count: int) -> None:
         self.active[i] += count
@@ -266,43 +289,58 @@ class WeightedRoundRobin(Picker):
     """Earliest deadline first over the slots' weights: shares follow the weights exactly in
     the long run (each slot within one pick of its share), and a pick is one heap replace.
 
-    An ineligible slot at the top of the heap loses its turn (its deadline moves on), so it does
-    not get a burst of requests when it becomes eligible again.
+    A slot's turns come every ``period`` ticks, period = 2**24 × mean weight / its weight, so
+    deadlines are integers; each heap entry is ``deadline << shift | slot``, one int, which
+    compares faster than a (deadline, slot) tuple and still breaks ties by slot. An ineligible
+    slot at the top loses its turn (its deadline moves on), so it does not get a burst of
+    requests when it becomes eligible again.
     """
 
     name = "wrr"
+    _SCALE = 1 << 24  # ticks in the period of a slot of mean weight
 
     def __init__(self, n: int, rng: random.Random) -> None:
         super().__init__(n, rng)
-        self._period = [1.0] * n
+        self._shift = max(1, n.bit_length())
+        self._mask = (1 << self._shift) - 1
+        self._period = [self._SCALE] * n
+        self._step = [p << self._shift for p in self._period]
         # A random phase per slot, so that clients do not all start on the same backend.
-        self._heap = [(rng.random(), i) for i in range(n)]
+        self._heap = [(int(rng.random() * self._SCALE) << self._shift) | i for i in range(n)]
         heapq.heapify(self._heap)
 
     def set_weights(self, weights: Sequence[float]) -> None:
         """New weights keep each slot's progress: the time left to its turn is rescaled."""
         if len(weights) != self.n or min(weights, default=1.0) <= 0:
             raise ValueError("wrr needs one positive weight per slot")
-        now = self._heap[0][0] if self._heap else 0.0
-        new_period = [1.0 / w for w in weights]
+        if not self.n:
+            return
+        mean = sum(weights) / self.n
+        period = [max(1, round(self._SCALE * mean / w)) for w in weights]
+        shift, mask, old = self._shift, self._mask, self._period
+        now = self._heap[0] >> shift
         self._heap = [
-            (now + (due - now) * new_period[i] / self._period[i], i) for due, i in self._heap
+            ((now + ((e >> shift) - now) * period[e & mask] // old[e & mask]) << shift) | e & mask
+            for e in self._heap
         ]
         heapq.heapify(self._heap)
-        self._period = new_period
+        self._period = period
+        self._step = [p << shift for p in period]
 
     def pick(self) -> int:
         heap = self._heap
         if not heap:
             return -1
-        due, i = heap[0]
-        _heapreplace(heap, (due + self._period[i], i))
+        top = heap[0]
+        i = top & self._mask
+        _heapreplace(heap, top + self._step[i])
         if self.eligible[i]:
             self.active[i] += 1
             return i
         for _ in range(self.n - 1):
-            due, i = heap[0]
-            _heapreplace(heap, (due + self._period[i], i))
+            top = heap[0]
+            i = top & self._mask
+            _heapreplace(heap, top + self._step[i])
             if self.eligible[i]:
                 self.active[i] += 1
                 return i
