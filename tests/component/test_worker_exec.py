@@ -1,0 +1,171 @@
+"""The exec handler with real processes: process groups, SIGTERM then SIGKILL, crashes,
+safe substitution, and no orphans — in-process (`ExecRunner`, with ``now`` passed in so the
+grace period is decided by the test, not by the clock) and through the real agent."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from corral.worker.events import TaskFailed, TaskStopped
+from corral.worker.process import ExecRunner
+
+from .test_worker_support import FakeSupervisor, Workers, alive, wait_until
+
+# The task id is a file path here: the group writes "<leader pid> <child pid>" into it.
+TWO_PROCS = "sh -c 'sleep 60 & echo $$ $! > \"$0\"; wait' {task}"
+IGNORES_TERM = "sh -c 'trap \"\" TERM; sleep 60 & echo $$ $! > \"$0\"; wait' {task}"
+CRASHES = "sh -c 'sleep 60 & echo $$ $! > \"$0\"; exit 3' {task}"
+
+
+@pytest.fixture
+def runner_for() -> Iterator[type[ExecRunner]]:
+    made: list[ExecRunner] = []
+
+    class Tracked(ExecRunner):
+        def __init__(self, template: str, stop_grace: float = 5.0, worker_id: str = "w1"):
+            super().__init__(template, stop_grace, worker_id)
+            made.append(self)
+
+    try:
+        yield Tracked
+    finally:
+        for r in made:
+            r.close()  # nothing may outlive a test
+
+
+def pids(path: Path) -> list[int]:
+    text = wait_until(lambda: path.exists() and path.read_text().strip())
+    assert text, f"{path} was never written"
+    return [int(p) for p in text.split()]
+
+
+def poll_until(runner: ExecRunner, now: float) -> list[TaskStopped | TaskFailed]:
+    return wait_until(lambda: runner.poll(now)) or []
+
+
+def test_stop_terminates_the_whole_group(runner_for: type[ExecRunner], tmp_path: Path) -> None:
+    runner = runner_for(TWO_PROCS)
+    task = str(tmp_path / "a")
+    runner.start(task)
+    procs = pids(Path(task))
+    assert all(alive(p) for p in procs) and runner.poll(0.0) == []
+    assert runner.stop(task, now=0.0) is False  # stopping; the outcome comes from poll
+    assert poll_until(runner, 0.0) == [TaskStopped(task)]
+    assert not any(alive(p) for p in procs)
+
+
+def test_a_group_ignoring_sigterm_is_killed_after_the_grace(
+        runner_for: type[ExecRunner], tmp_path: Path) -> None:
+    runner = runner_for(IGNORES_TERM, stop_grace=3.0)
+    task = str(tmp_path / "a")
+    runner.start(task)
+    procs = pids(Path(task))
+    runner.stop(task, now=10.0)
+    assert runner.next_deadline(10.0) == 13.0
+    assert wait_until(lambda: runner.poll(12.9), timeout=0.3) == []  # grace not over: wait
+    assert all(alive(p) for p in procs)
+    assert poll_until(runner, 13.0) == [TaskStopped(task)]
+    assert wait_until(lambda: not any(alive(p) for p in procs))
+
+
+def test_a_crash_is_a_failure_and_its_leftovers_are_killed(
+        runner_for: type[ExecRunner], tmp_path: Path) -> None:
+    runner = runner_for(CRASHES)
+    task = str(tmp_path / "a")
+    runner.start(task)
+    leader, child = pids(Path(task))
+    assert poll_until(runner, 0.0) == [TaskFailed(task, "exited with status 3")]
+    assert not alive(leader)
+    assert wait_until(lambda: not alive(child))
+    runner.start(task)  # the agent restarts it later: the id is free again
+
+
+def test_task_ids_are_one_argument_never_shell_text(
+        runner_for: type[ExecRunner], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    script = f'printf "%s|%s" "$0" "$CORRAL_TASK" > {shlex.quote(str(out))}'
+    runner = runner_for(f"sh -c {shlex.quote(script)} {{task}}")
+    task = "a b; touch pwned $(touch pwned2) {task}"
+    assert runner.command(task)[-1] == task
+    runner.start(task)
+    assert wait_until(lambda: out.exists() and out.read_text()) == f"{task}|{task}"
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
+
+
+def test_a_command_that_cannot_start_raises(runner_for: type[ExecRunner]) -> None:
+    runner = runner_for("/nonexistent/recorder --room {task}")
+    with pytest.raises(OSError):
+        runner.start("a")
+    assert runner.tasks() == []
+
+
+def test_close_ends_running_and_stopping_groups(
+        runner_for: type[ExecRunner], tmp_path: Path) -> None:
+    runner = runner_for(IGNORES_TERM, stop_grace=0.2)
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    runner.start(a)
+    runner.start(b)
+    procs = pids(Path(a)) + pids(Path(b))
+    runner.stop(a, now=0.0)
+    assert sorted(runner.close()) == sorted([a, b])
+    assert wait_until(lambda: not any(alive(p) for p in procs))
+
+
+# -- through the agent -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def supervisor() -> Iterator[FakeSupervisor]:
+    with FakeSupervisor() as sup:
+        yield sup
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Workers]:
+    with Workers(tmp_path) as w:
+        yield w
+
+
+def test_a_crashing_task_is_restarted_and_its_failures_reported(
+        supervisor: FakeSupervisor, workers: Workers, tmp_path: Path) -> None:
+    proc = workers.start(supervisor.endpoint, "--handler", "exec", "--exec", "sh -c 'exit 3'")
+    status = supervisor.recv()
+    supervisor.answer(status, add=("t",))
+    status = supervisor.wait_for(lambda s: s.failures.get("t", 0) >= 2)  # 0.5 s, then 1 s
+    assert status.running == {"t": 7} and proc.poll() is None
+    supervisor.answer(status, remove=("t",))
+    status = supervisor.wait_for(lambda s: s.applied == (7, 2))
+    assert status.running == {} and status.failures == {}
+
+
+def test_the_agent_leaves_no_process_behind_when_stopped(
+        supervisor: FakeSupervisor, workers: Workers, tmp_path: Path) -> None:
+    proc = workers.start(supervisor.endpoint, "--handler", "exec", "--exec", IGNORES_TERM,
+                         "--stop-grace", "0.3", "--drain-timeout", "0.2")
+    task = str(tmp_path / "a")
+    status = supervisor.recv()
+    supervisor.answer(status, add=(task,))
+    procs = pids(Path(task))
+    supervisor.wait_for(lambda s: task in s.running)
+    proc.send_signal(signal.SIGTERM)  # drain times out, SIGTERM is ignored, SIGKILL ends it
+    assert proc.wait(15.0) == 0
+    assert not any(alive(p) for p in procs)
+
+
+def test_a_killed_agent_takes_its_task_leaders_along(
+        supervisor: FakeSupervisor, workers: Workers, tmp_path: Path) -> None:
+    proc = workers.start(supervisor.endpoint, "--handler", "exec",
+                         "--exec", "sh -c 'echo $$ > \"$0\"; exec sleep 60' {task}")
+    task = str(tmp_path / "a")
+    supervisor.answer(supervisor.recv(), add=(task,))
+    (leader,) = pids(Path(task))
+    assert alive(leader)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(15.0)
+    assert wait_until(lambda: not alive(leader))
