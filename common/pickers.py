@@ -328,20 +328,12 @@ class WeightedRoundRobin(Picker):
         self._step = [p << shift for p in period]
 
     def pick(self) -> int:
-        heap = self._heap
-        if not heap:
-            return -1
-        top = heap[0]
-        i = top & self._mask
-        _heapreplace(heap, top + self._step[i])
-        if self.eligible[i]:
-            self.active[i] += 1
-            return i
-        for _ in range(self.n - 1):
+        heap, step, mask, eligible = self._heap, self._step, self._mask, self.eligible
+        for _ in range(self.n):  # at most one turn each; usually the first is eligible
             top = heap[0]
-            i = top & self._mask
-            _heapreplace(heap, top + self._step[i])
-            if self.eligible[i]:
+            i = top & mask
+            _heapreplace(heap, top + step[i])
+            if eligible[i]:
                 self.active[i] += 1
                 return i
         return -1

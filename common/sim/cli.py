@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -48,6 +49,16 @@ SEED = click.option(
 )
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _count(name: str, default: int, text: str) -> Callable[[F], F]:
+    """An option taking a whole number of at least 1 (clients, backends, subset size)."""
+    return click.option(
+        name, type=click.IntRange(min=1), default=default, show_default=True, help=text
+    )
+
+
 def _check_plot(plot: str | None) -> None:
     """Fail before a long simulation, not after it, if --plot cannot work."""
     if plot is None:
@@ -67,23 +78,9 @@ def main() -> None:
 
 
 @main.command()
-@click.option(
-    "--clients",
-    type=click.IntRange(min=1),
-    default=300,
-    show_default=True,
-    help="Client tasks, indexes 0..C-1.",
-)
-@click.option(
-    "--backends", type=click.IntRange(min=1), default=300, show_default=True, help="Backend tasks."
-)
-@click.option(
-    "--subset-size",
-    type=click.IntRange(min=1),
-    default=30,
-    show_default=True,
-    help="Backends per client (K).",
-)
+@_count("--clients", 300, "Client tasks, indexes 0..C-1.")
+@_count("--backends", 300, "Backend tasks.")
+@_count("--subset-size", 30, "Backends per client (K).")
 @click.option(
     "--algo",
     type=click.Choice(ALGORITHMS),
@@ -171,27 +168,11 @@ def _subsetting_text(r: SubsettingResult) -> list[str]:
     "llrr-naive: without counting errors; wrr: weighted round robin; p2c: power of "
     "two choices; random; all: each in turn on the same fleet.",
 )
-@click.option(
-    "--clients",
-    type=click.IntRange(min=1),
-    default=100,
-    show_default=True,
-    help="Client tasks (M), with Poisson request rates log-uniform over a 10× range.",
+@_count(
+    "--clients", 100, "Client tasks (M), with Poisson request rates log-uniform over a 10× range."
 )
-@click.option(
-    "--backends",
-    type=click.IntRange(min=1),
-    default=100,
-    show_default=True,
-    help="Backend tasks (N), each with 4 cores on one of three CPU platforms.",
-)
-@click.option(
-    "--subset-size",
-    type=click.IntRange(min=1),
-    default=20,
-    show_default=True,
-    help="Backends per client (K), by deterministic subsetting.",
-)
+@_count("--backends", 100, "Backend tasks (N), each with 4 cores on one of three CPU platforms.")
+@_count("--subset-size", 20, "Backends per client (K), by deterministic subsetting.")
 @SEED
 @click.option(
     "--failing-backend",
