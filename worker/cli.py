@@ -20,7 +20,7 @@ from .loop import WorkerLoop
 from .runner import build
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 def main() -> None:
     """The corral worker agent: reports to a supervisor and runs the tasks it is given."""
 

@@ -29,22 +29,9 @@ import zmq
 
 from corral.common import logs
 
+from . import events as ev
 from .channel import Channel, routing_id
 from .config import WorkerConfig
-from .events import (
-    EXIT_ERROR,
-    Action,
-    Event,
-    Exit,
-    HandlerReady,
-    Log,
-    Received,
-    SendStatus,
-    StartTask,
-    StopRequested,
-    StopTask,
-    Tick,
-)
 from .journal import Journal
 from .runner import Runner, TaskExecutor
 from .state import Phase, WorkerMachine
@@ -92,7 +79,7 @@ class WorkerLoop:
             self._wake_w.send(b"\0")
 
     def run(self) -> int:
-        code = EXIT_ERROR
+        code = ev.EXIT_ERROR
         try:
             with contextlib.ExitStack() as stack:
                 channel = self._open(stack)
@@ -100,7 +87,7 @@ class WorkerLoop:
                     self._step(channel)
                 code = self._exit_code
         except Exception:  # the stack has unwound: every task is stopped, sockets closed
-            code = EXIT_ERROR
+            code = ev.EXIT_ERROR
             self._log.exception("unexpected error")
         self._log.info("worker stopped", exit_code=code, **self.counters())
         return code
@@ -154,18 +141,18 @@ class WorkerLoop:
             self._drain_wake()
         while self._pending:
             if self._pending.popleft() in STOP_SIGNALS:
-                self._dispatch(StopRequested(), now, channel)
+                self._dispatch(ev.StopRequested(), now, channel)
             # SIGCHLD needs nothing more: the executor is polled below on every turn.
         if channel.socket in ready:
             for msg in channel.receive():
-                self._dispatch(Received(msg), now, channel)
+                self._dispatch(ev.Received(msg), now, channel)
         for event in self._executor.poll(now):
             self._dispatch(event, now, channel)
         if self._checks_ready() and now >= self._next_ready_check:
             self._next_ready_check = now + READY_CHECK
             if self._executor.ready():
-                self._dispatch(HandlerReady(), now, channel)
-        self._dispatch(Tick(), now, channel)
+                self._dispatch(ev.HandlerReady(), now, channel)
+        self._dispatch(ev.Tick(), now, channel)
 
     def _checks_ready(self) -> bool:
         return self._machine.phase is Phase.STARTING and self._runner.has_ready
@@ -184,25 +171,25 @@ class WorkerLoop:
             while self._wake_r.recv(4096):
                 pass
 
-    def _dispatch(self, event: Event, now: float, channel: Channel) -> None:
+    def _dispatch(self, event: ev.Event, now: float, channel: Channel) -> None:
         # The outcome of an action (TaskStarted after StartTask...) is handled before any
         # other event, so the machine never sees the world change behind its back.
-        queue: deque[Event] = deque([event])
+        queue: deque[ev.Event] = deque([event])
         while queue:
             for action in self._machine.handle(queue.popleft(), now):
                 queue.extend(self._execute(action, now, channel))
 
-    def _execute(self, action: Action, now: float, channel: Channel) -> list[Event]:
+    def _execute(self, action: ev.Action, now: float, channel: Channel) -> list[ev.Event]:
         match action:
-            case StartTask(task):
+            case ev.StartTask(task):
                 return [self._executor.start(task)]
-            case StopTask(task):
+            case ev.StopTask(task):
                 return self._executor.stop(task, now)
-            case SendStatus(status):
+            case ev.SendStatus(status):
                 channel.send(status)
-            case Log(level, event, fields):
+            case ev.Log(level, event, fields):
                 log: Any = getattr(self._log, level)
                 log(event, **fields)
-            case Exit(code):
+            case ev.Exit(code):
                 self._exit_code = code
         return []

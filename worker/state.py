@@ -35,25 +35,8 @@ from enum import StrEnum
 
 from corral.common.protocol import Instructions, Refusal, Status, WorkerState
 
+from . import events as ev
 from .config import LeaseLoss, WorkerConfig
-from .events import (
-    EXIT_OK,
-    EXIT_REFUSED,
-    Action,
-    Event,
-    Exit,
-    HandlerReady,
-    Log,
-    Received,
-    SendStatus,
-    StartTask,
-    StopRequested,
-    StopTask,
-    TaskFailed,
-    TaskStarted,
-    TaskStopped,
-    Tick,
-)
 
 
 class Phase(StrEnum):
@@ -114,7 +97,7 @@ class WorkerMachine:
         self._next_report = now  # the first Tick reports at once
         self._dirty = False
         self._drain_deadline = 0.0
-        self._exit_code = EXIT_OK
+        self._exit_code = ev.EXIT_OK
         self.counters: dict[str, int] = dict.fromkeys(
             ("sets_applied", "sets_stale", "sets_foreign", "sets_while_stopping",
              "refusals_foreign", "adds_not_started", "task_failures"), 0)
@@ -148,54 +131,54 @@ class WorkerMachine:
 
     # -- the one entry point -------------------------------------------------------------------
 
-    def handle(self, event: Event, now: float) -> list[Action]:
-        out: list[Action] = []
+    def handle(self, event: ev.Event, now: float) -> list[ev.Action]:
+        out: list[ev.Action] = []
         if self._phase is Phase.EXITED:
             return out
         self._expire(now, out)
-        if isinstance(event, Received):
+        if isinstance(event, ev.Received):
             if isinstance(event.message, Instructions):
                 self._on_instructions(event.message, now, out)
             else:
                 self._on_refusal(event.message, out)
-        elif isinstance(event, StopRequested):
+        elif isinstance(event, ev.StopRequested):
             self._on_stop_requested(now, out)
-        elif isinstance(event, HandlerReady):
+        elif isinstance(event, ev.HandlerReady):
             if self._phase is Phase.STARTING:
                 self._become_ready(out)
-        elif isinstance(event, TaskStarted):
+        elif isinstance(event, ev.TaskStarted):
             self._on_started(event.task, now)
-        elif isinstance(event, TaskFailed):
+        elif isinstance(event, ev.TaskFailed):
             self._on_failed(event, now, out)
-        elif isinstance(event, TaskStopped):
+        elif isinstance(event, ev.TaskStopped):
             self._on_stopped(event.task, out)
         self._settle(now, out)
-        if isinstance(event, Tick):
+        if isinstance(event, ev.Tick):
             self._report_if_due(now, out)
         return out
 
     # -- deadlines -----------------------------------------------------------------------------
 
-    def _expire(self, now: float, out: list[Action]) -> None:
+    def _expire(self, now: float, out: list[ev.Action]) -> None:
         if self._lease_held and now >= self._lease_expires:
             self._lease_held = False
             self._dirty = True
             keep = self._cfg.on_lease_loss is LeaseLoss.KEEP
-            out.append(Log("warning", "lease lost: no renewal from the supervisor",
+            out.append(ev.Log("warning", "lease lost: no renewal from the supervisor",
                            {"tasks": len(self._tasks), "action": "keep" if keep else "stop"}))
             if not keep:
                 self._stop_all(out)
         if self._phase is Phase.STARTING and self._ready_at is not None and now >= self._ready_at:
             self._become_ready(out)
         if self._phase is Phase.LAME_DUCK and now >= self._drain_deadline:
-            out.append(Log("warning", "drain timeout: stopping the remaining tasks",
+            out.append(ev.Log("warning", "drain timeout: stopping the remaining tasks",
                            {"tasks": len(self._tasks)}))
-            self._shut_down(EXIT_OK, out)
+            self._shut_down(ev.EXIT_OK, out)
         if self._may_restart():
             for task, rec in self._tasks.items():
                 if rec.state is TaskState.BACKOFF and now >= rec.retry_at:
                     rec.state = TaskState.STARTING
-                    out.append(StartTask(task))
+                    out.append(ev.StartTask(task))
         for rec in self._tasks.values():
             if (rec.state is TaskState.RUNNING and rec.failures
                     and now >= rec.since + self._cfg.backoff.reset_after):
@@ -204,7 +187,7 @@ class WorkerMachine:
 
     # -- events --------------------------------------------------------------------------------
 
-    def _on_instructions(self, msg: Instructions, now: float, out: list[Action]) -> None:
+    def _on_instructions(self, msg: Instructions, now: float, out: list[ev.Action]) -> None:
         if msg.incarnation != self.incarnation:
             self.counters["sets_foreign"] += 1
             return
@@ -231,7 +214,7 @@ class WorkerMachine:
             if rec is None:
                 if may_start:
                     self._tasks[task] = _Task(TaskState.STARTING, msg.epoch)
-                    out.append(StartTask(task))
+                    out.append(ev.StartTask(task))
                 else:
                     self.counters["adds_not_started"] += 1
             elif rec.state is not TaskState.STOPPING:
@@ -242,7 +225,7 @@ class WorkerMachine:
             else:
                 self.counters["adds_not_started"] += 1
 
-    def _renew(self, msg: Instructions, now: float, out: list[Action]) -> None:
+    def _renew(self, msg: Instructions, now: float, out: list[ev.Action]) -> None:
         # The set answers one of our reports, so its send time cannot be later than our latest
         # report: clamping keeps a confused or hostile echo from stretching the lease.
         if self._last_sent_at is None:
@@ -251,28 +234,28 @@ class WorkerMachine:
         self._lease_expires = max(self._lease_expires, answered + msg.lease)
         held = now < self._lease_expires
         if held and not self._lease_held:
-            out.append(Log("info", "lease held", {"epoch": msg.epoch, "lease": msg.lease}))
+            out.append(ev.Log("info", "lease held", {"epoch": msg.epoch, "lease": msg.lease}))
         self._lease_held = held
 
-    def _on_refusal(self, msg: Refusal, out: list[Action]) -> None:
+    def _on_refusal(self, msg: Refusal, out: list[ev.Action]) -> None:
         if msg.incarnation != self.incarnation:
             self.counters["refusals_foreign"] += 1
             return
-        out.append(Log("error", "refused by the supervisor",
+        out.append(ev.Log("error", "refused by the supervisor",
                        {"code": msg.code, "reason": msg.reason, "epoch": msg.epoch}))
-        self._shut_down(EXIT_REFUSED, out)
+        self._shut_down(ev.EXIT_REFUSED, out)
 
-    def _on_stop_requested(self, now: float, out: list[Action]) -> None:
+    def _on_stop_requested(self, now: float, out: list[ev.Action]) -> None:
         if self._phase in (Phase.STARTING, Phase.READY):
             self._phase = Phase.LAME_DUCK
             self._drain_deadline = now + self._cfg.drain_timeout
             self._dirty = True
-            out.append(Log("info", "lame duck: draining",
+            out.append(ev.Log("info", "lame duck: draining",
                            {"tasks": len(self._tasks), "drain_timeout": self._cfg.drain_timeout}))
         elif self._phase is Phase.LAME_DUCK:
-            out.append(Log("info", "second stop request: stopping now",
+            out.append(ev.Log("info", "second stop request: stopping now",
                            {"tasks": len(self._tasks)}))
-            self._shut_down(EXIT_OK, out)
+            self._shut_down(ev.EXIT_OK, out)
 
     def _on_started(self, task: str, now: float) -> None:
         rec = self._tasks.get(task)
@@ -281,7 +264,7 @@ class WorkerMachine:
             rec.since = now
             self._dirty = True
 
-    def _on_failed(self, event: TaskFailed, now: float, out: list[Action]) -> None:
+    def _on_failed(self, event: ev.TaskFailed, now: float, out: list[ev.Action]) -> None:
         rec = self._tasks.get(event.task)
         if rec is None:
             return
@@ -294,10 +277,10 @@ class WorkerMachine:
         delay = self._cfg.backoff.delay(rec.failures)
         rec.retry_at = now + delay
         self._dirty = True
-        out.append(Log("warning", "task failed", {"task": event.task, "reason": event.reason,
+        out.append(ev.Log("warning", "task failed", {"task": event.task, "reason": event.reason,
                                                   "failures": rec.failures, "retry_in": delay}))
 
-    def _on_stopped(self, task: str, out: list[Action]) -> None:
+    def _on_stopped(self, task: str, out: list[ev.Action]) -> None:
         rec = self._tasks.get(task)
         if rec is None:
             return
@@ -305,16 +288,16 @@ class WorkerMachine:
         if rec.state is TaskState.STOPPING and rec.wanted_again and self._may_start():
             rec.state = TaskState.STARTING
             rec.wanted_again = False
-            out.append(StartTask(task))
+            out.append(ev.StartTask(task))
         else:
             del self._tasks[task]
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _become_ready(self, out: list[Action]) -> None:
+    def _become_ready(self, out: list[ev.Action]) -> None:
         self._phase = Phase.READY
         self._dirty = True
-        out.append(Log("info", "ready"))
+        out.append(ev.Log("info", "ready"))
 
     def _may_start(self) -> bool:
         # `_expire` ran first, so a held lease is valid at `now`.
@@ -327,7 +310,7 @@ class WorkerMachine:
             self._lease_held or self._cfg.on_lease_loss is LeaseLoss.KEEP
         )
 
-    def _stop(self, task: str, out: list[Action]) -> None:
+    def _stop(self, task: str, out: list[ev.Action]) -> None:
         rec = self._tasks.get(task)
         if rec is None:
             return
@@ -339,31 +322,31 @@ class WorkerMachine:
         else:
             rec.state = TaskState.STOPPING
             rec.wanted_again = False
-            out.append(StopTask(task))
+            out.append(ev.StopTask(task))
 
-    def _stop_all(self, out: list[Action]) -> None:
+    def _stop_all(self, out: list[ev.Action]) -> None:
         for task in sorted(self._tasks):
             self._stop(task, out)
 
-    def _shut_down(self, code: int, out: list[Action]) -> None:
+    def _shut_down(self, code: int, out: list[ev.Action]) -> None:
         self._exit_code = max(self._exit_code, code)
         if self._phase is not Phase.STOPPING:
             self._phase = Phase.STOPPING
             self._dirty = True
         self._stop_all(out)
 
-    def _settle(self, now: float, out: list[Action]) -> None:
+    def _settle(self, now: float, out: list[ev.Action]) -> None:
         if self._phase is Phase.LAME_DUCK and not self._tasks:
-            out.append(Log("info", "drained: no tasks left"))
-            self._shut_down(EXIT_OK, out)
+            out.append(ev.Log("info", "drained: no tasks left"))
+            self._shut_down(ev.EXIT_OK, out)
         if self._phase is Phase.STOPPING and not self._tasks:
             self._phase = Phase.EXITED
-            out.append(SendStatus(self._status(now)))  # the last word: holds nothing
-            out.append(Exit(self._exit_code))
+            out.append(ev.SendStatus(self._status(now)))  # the last word: holds nothing
+            out.append(ev.Exit(self._exit_code))
 
-    def _report_if_due(self, now: float, out: list[Action]) -> None:
+    def _report_if_due(self, now: float, out: list[ev.Action]) -> None:
         if self._phase is not Phase.EXITED and (self._dirty or now >= self._next_report):
-            out.append(SendStatus(self._status(now)))
+            out.append(ev.SendStatus(self._status(now)))
 
     def _status(self, now: float) -> Status:
         self._seq += 1

@@ -6,26 +6,17 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from corral.common.protocol import WorkerState
 
+from . import test_worker_support as support
 from .test_worker_support import WAIT, WORKER, FakeSupervisor, Workers, journal, wait_until
 
-
-@pytest.fixture
-def supervisor() -> Iterator[FakeSupervisor]:
-    with FakeSupervisor() as sup:
-        yield sup
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    with Workers(tmp_path) as w:
-        yield w
+supervisor_fixture = support.supervisor_fixture  # the `supervisor` fixture
+workers_fixture = support.workers_fixture  # the `workers` fixture
 
 
 def run_to_exit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,11 @@ import pytest
 from corral.worker.events import TaskFailed, TaskStopped
 from corral.worker.process import ExecRunner
 
+from . import test_worker_support as support
 from .test_worker_support import FakeSupervisor, Workers, alive, wait_until
+
+supervisor_fixture = support.supervisor_fixture  # the `supervisor` fixture
+workers_fixture = support.workers_fixture  # the `workers` fixture
 
 # The task id is a file path here: the group writes "<leader pid> <child pid>" into it.
 TWO_PROCS = "sh -c 'sleep 60 & echo $$ $! > \"$0\"; wait' {task}"
@@ -118,18 +122,6 @@ def test_close_ends_running_and_stopping_groups(
 
 
 # -- through the agent -------------------------------------------------------------------------
-
-
-@pytest.fixture
-def supervisor() -> Iterator[FakeSupervisor]:
-    with FakeSupervisor() as sup:
-        yield sup
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    with Workers(tmp_path) as w:
-        yield w
 
 
 def test_a_crashing_task_is_restarted_and_its_failures_reported(

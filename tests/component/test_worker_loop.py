@@ -19,7 +19,10 @@ from corral.worker.config import WorkerConfig
 from corral.worker.loop import WorkerLoop
 from corral.worker.runner import CallRunner
 
+from . import test_worker_support as support
 from .test_worker_support import WAIT, FakeSupervisor, free_port, wait_until
+
+supervisor_fixture = support.supervisor_fixture  # the `supervisor` fixture
 
 
 @dataclass
@@ -68,12 +71,6 @@ class Running:
             self.loop.request_stop()
         self.thread.join(WAIT)
         assert not self.thread.is_alive(), "the loop did not stop"
-
-
-@pytest.fixture
-def supervisor() -> Iterator[FakeSupervisor]:
-    with FakeSupervisor() as sup:
-        yield sup
 
 
 @pytest.fixture

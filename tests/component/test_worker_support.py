@@ -1,6 +1,10 @@
 """Helpers for the worker's component tests: a fake supervisor (a real ROUTER on loopback that
 speaks the codec), a bounded `wait_until`, and real `corral-worker` processes that are always
-stopped by pid. The tests at the bottom check the helpers themselves."""
+stopped by pid. The tests at the bottom check the helpers themselves.
+
+The fixtures are registered under short names (``supervisor``, ``workers``); a test module
+picks them up with ``supervisor_fixture = support.supervisor_fixture`` (a conftest.py would
+push them on every other component test too)."""
 
 from __future__ import annotations
 
@@ -12,10 +16,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import zmq
 
 from corral.common.codec import decode, encode
@@ -148,6 +153,18 @@ class Workers:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=WAIT)
+
+
+@pytest.fixture(name="supervisor")
+def supervisor_fixture() -> Iterator[FakeSupervisor]:
+    with FakeSupervisor() as sup:
+        yield sup
+
+
+@pytest.fixture(name="workers")
+def workers_fixture(tmp_path: Path) -> Iterator[Workers]:
+    with Workers(tmp_path) as w:
+        yield w
 
 
 def journal(path: Path) -> list[tuple[str, str]]:
