@@ -102,7 +102,8 @@ SETTINGS: tuple[Setting, ...] = (
             metavar="tcp://HOST:PORT"),
     Setting("id", "str", None, "this worker's id [default: the host name]", _worker_id,
             metavar="ID"),
-    Setting("max_load", "number", DEFAULT_MAX_LOAD, "capacity, in task-cost units", positive),
+    Setting("max_load", "number", DEFAULT_MAX_LOAD, "capacity, in task-cost units", positive,
+            metavar="N"),
     Setting("handler", "str", None, "what runs a task: log, exec or python:module:Class "
             "(required)", _handler_spec, metavar="HANDLER"),
     Setting("exec", "str", None, 'the command of the exec handler, e.g. "recorder --room '
@@ -115,13 +116,13 @@ SETTINGS: tuple[Setting, ...] = (
             "after SIGTERM, seconds to wait for tasks to be moved away before stopping them"),
     Setting("on_lease_loss", "str", LeaseLoss.STOP.value,
             "when the lease lapses: stop tasks (exclusive) or keep them (available)",
-            choices=tuple(v.value for v in LeaseLoss)),
+            choices=tuple(v.value for v in LeaseLoss), metavar="stop|keep"),
     Setting("stop_grace", "seconds", DEFAULT_STOP_GRACE,
             "exec handler: seconds between SIGTERM and SIGKILL of a task's process group"),
     Setting("ready_after", "seconds", None, "report ready after this many seconds even if the "
             "handler's ready() is not yet true [default: wait for ready(); ready at once "
             "without one]"),
-    Setting("log_level", "str", "info", "log level", choices=LEVELS),
+    Setting("log_level", "str", "info", "log level", choices=LEVELS, metavar="LEVEL"),
 )
 
 

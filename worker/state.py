@@ -122,8 +122,9 @@ class WorkerMachine:
             times.append(self._ready_at)
         if self._phase is Phase.LAME_DUCK:
             times.append(self._drain_deadline)
+        restarts = self._may_restart()  # a past retry time that cannot fire would spin the loop
         for rec in self._tasks.values():
-            if rec.state is TaskState.BACKOFF:
+            if rec.state is TaskState.BACKOFF and restarts:
                 times.append(rec.retry_at)
             elif rec.state is TaskState.RUNNING and rec.failures:
                 times.append(rec.since + self._cfg.backoff.reset_after)

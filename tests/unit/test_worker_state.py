@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from corral.common.protocol import Instructions, Refusal, Status, WorkerState
@@ -429,9 +429,12 @@ ops = st.one_of(
 
 
 @given(st.lists(ops, max_size=40), st.booleans(), st.booleans(), st.booleans())
+@example([("set", {"a"}, set(), False, 1, 6.0), ("fail", "a"), ("wait", 0.5), ("wait", 3.0)],
+         False, False, False)  # a restarted task that then runs past reset_after
 def test_invariants_hold_for_any_event_sequence(
         script: list[tuple], keep: bool, waits: bool, async_stop: bool) -> None:
-    cfg = replace(CFG, on_lease_loss=LeaseLoss.KEEP if keep else LeaseLoss.STOP)
+    cfg = replace(CFG, on_lease_loss=LeaseLoss.KEEP if keep else LeaseLoss.STOP,
+                  backoff=Backoff(base=0.5, cap=2.0, reset_after=2.5))  # short: reachable
     s = Sim(cfg, waits=waits, async_stop=async_stop)
     running: set[str] = set()  # what a real runner would be running now
     stopping: set[str] = set()
@@ -481,3 +484,6 @@ def test_invariants_hold_for_any_event_sequence(
         status = s.tick()
         if status is not None:
             assert set(status.running) == set(s.m.task_states())
+        s.tick()  # reports what the last tick's own actions changed
+        if s.m.phase is not Phase.EXITED:
+            assert s.m.next_deadline() > s.now, "nothing left due now: the loop cannot spin"
