@@ -166,14 +166,14 @@ class WorkerMachine:
             self._dirty = True
             keep = self._cfg.on_lease_loss is LeaseLoss.KEEP
             out.append(ev.Log("warning", "lease lost: no renewal from the supervisor",
-                           {"tasks": len(self._tasks), "action": "keep" if keep else "stop"}))
+                              {"tasks": len(self._tasks), "action": "keep" if keep else "stop"}))
             if not keep:
                 self._stop_all(out)
         if self._phase is Phase.STARTING and self._ready_at is not None and now >= self._ready_at:
             self._become_ready(out)
         if self._phase is Phase.LAME_DUCK and now >= self._drain_deadline:
             out.append(ev.Log("warning", "drain timeout: stopping the remaining tasks",
-                           {"tasks": len(self._tasks)}))
+                              {"tasks": len(self._tasks)}))
             self._shut_down(ev.EXIT_OK, out)
         if self._may_restart():
             for task, rec in self._tasks.items():
@@ -243,7 +243,7 @@ class WorkerMachine:
             self.counters["refusals_foreign"] += 1
             return
         out.append(ev.Log("error", "refused by the supervisor",
-                       {"code": msg.code, "reason": msg.reason, "epoch": msg.epoch}))
+                          {"code": msg.code, "reason": msg.reason, "epoch": msg.epoch}))
         self._shut_down(ev.EXIT_REFUSED, out)
 
     def _on_stop_requested(self, now: float, out: list[ev.Action]) -> None:
@@ -251,11 +251,11 @@ class WorkerMachine:
             self._phase = Phase.LAME_DUCK
             self._drain_deadline = now + self._cfg.drain_timeout
             self._dirty = True
-            out.append(ev.Log("info", "lame duck: draining",
-                           {"tasks": len(self._tasks), "drain_timeout": self._cfg.drain_timeout}))
+            out.append(ev.Log("info", "lame duck: draining", {
+                "tasks": len(self._tasks), "drain_timeout": self._cfg.drain_timeout}))
         elif self._phase is Phase.LAME_DUCK:
             out.append(ev.Log("info", "second stop request: stopping now",
-                           {"tasks": len(self._tasks)}))
+                              {"tasks": len(self._tasks)}))
             self._shut_down(ev.EXIT_OK, out)
 
     def _on_started(self, task: str, now: float) -> None:
@@ -279,7 +279,7 @@ class WorkerMachine:
         rec.retry_at = now + delay
         self._dirty = True
         out.append(ev.Log("warning", "task failed", {"task": event.task, "reason": event.reason,
-                                                  "failures": rec.failures, "retry_in": delay}))
+                                                     "failures": rec.failures, "retry_in": delay}))
 
     def _on_stopped(self, task: str, out: list[ev.Action]) -> None:
         rec = self._tasks.get(task)
