@@ -102,7 +102,12 @@ class HashRing:
 
     def lookup(self, key: str) -> str:
         """The node that owns ``key``."""
-        return next(self.successors(key))
+        if self._dirty:
+            self._build()
+        if not self._points:
+            raise LookupError("the hash ring has no nodes")
+        i = bisect_left(self._points, ring_hash(key))
+        return self._owners[i if i < len(self._owners) else 0]
 
     def lookup_n(self, key: str, count: int) -> list[str]:
         """The first ``count`` distinct nodes clockwise from ``key`` (for replicas); fewer if
