@@ -328,15 +328,28 @@ class WeightedRoundRobin(Picker):
         self._step = [p << shift for p in period]
 
     def pick(self) -> int:
-        heap, step, mask, eligible = self._heap, self._step, self._mask, self.eligible
-        for _ in range(self.n):  # at most one turn each; usually the first is eligible
-            top = heap[0]
-            i = top & mask
-            _heapreplace(heap, top + step[i])
-            if eligible[i]:
+        heap = self._heap
+        if not heap:
+            return -1
+        top = heap[0]  # written out: this is the path of nearly every pick
+        i = top & self._mask
+        _heapreplace(heap, top + self._step[i])
+        if self.eligible[i]:
+            self.active[i] += 1
+            return i
+        for _ in range(self.n - 1):  # at most one more turn each
+            i = self._advance()
+            if self.eligible[i]:
                 self.active[i] += 1
                 return i
         return -1
+
+    def _advance(self) -> int:
+        """Give the slot whose deadline is earliest its turn; return that slot."""
+        top = self._heap[0]
+        i = top & self._mask
+        _heapreplace(self._heap, top + self._step[i])
+        return i
 
 
 PICKERS: dict[str, type[Picker]] = {
