@@ -52,11 +52,13 @@ SEED = click.option(
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _count(name: str, default: int, text: str) -> Callable[[F], F]:
-    """An option taking a whole number of at least 1 (clients, backends, subset size)."""
-    return click.option(
-        name, type=click.IntRange(min=1), default=default, show_default=True, help=text
-    )
+def _number(
+    name: str, default: float, text: str, kind: click.ParamType[Any, Any] | None = None
+) -> Callable[[F], F]:
+    """A numeric option that shows its default; a whole number of at least 1 unless ``kind``
+    says otherwise."""
+    kind = kind or click.IntRange(min=1)
+    return click.option(name, type=kind, default=default, show_default=True, help=text)
 
 
 def _check_plot(plot: str | None) -> None:
@@ -78,9 +80,9 @@ def main() -> None:
 
 
 @main.command()
-@_count("--clients", 300, "Client tasks, indexes 0..C-1.")
-@_count("--backends", 300, "Backend tasks.")
-@_count("--subset-size", 30, "Backends per client (K).")
+@_number("--clients", 300, "Client tasks, indexes 0..C-1.")
+@_number("--backends", 300, "Backend tasks.")
+@_number("--subset-size", 30, "Backends per client (K).")
 @click.option(
     "--algo",
     type=click.Choice(ALGORITHMS),
@@ -168,11 +170,11 @@ def _subsetting_text(r: SubsettingResult) -> list[str]:
     "llrr-naive: without counting errors; wrr: weighted round robin; p2c: power of "
     "two choices; random; all: each in turn on the same fleet.",
 )
-@_count(
+@_number(
     "--clients", 100, "Client tasks (M), with Poisson request rates log-uniform over a 10× range."
 )
-@_count("--backends", 100, "Backend tasks (N), each with 4 cores on one of three CPU platforms.")
-@_count("--subset-size", 20, "Backends per client (K), by deterministic subsetting.")
+@_number("--backends", 100, "Backend tasks (N), each with 4 cores on one of three CPU platforms.")
+@_number("--subset-size", 20, "Backends per client (K), by deterministic subsetting.")
 @SEED
 @click.option(
     "--failing-backend",
@@ -181,34 +183,30 @@ def _subsetting_text(r: SubsettingResult) -> list[str]:
     show_default=True,
     help="Make one backend fail every request fast (1 ms, no CPU). [default: off]",
 )
-@click.option(
+@_number(
     "--duration",
-    type=click.FloatRange(min=0, min_open=True),
-    default=30.0,
-    show_default=True,
-    help="Simulated seconds measured.",
+    30.0,
+    "Simulated seconds measured.",
+    click.FloatRange(min=0, min_open=True),
 )
-@click.option(
+@_number(
     "--warmup",
-    type=click.FloatRange(min=0),
-    default=20.0,
-    show_default=True,
-    help="Simulated seconds before measuring (wrr trusts a weight after 10 s).",
+    20.0,
+    "Simulated seconds before measuring (wrr trusts a weight after 10 s).",
+    click.FloatRange(min=0),
 )
-@click.option(
+@_number(
     "--load",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=0.5,
-    show_default=True,
-    help="Mean CPU utilization if traffic were spread in proportion to capacity.",
+    0.5,
+    "Mean CPU utilization if traffic were spread in proportion to capacity.",
+    click.FloatRange(0, 1, min_open=True, max_open=True),
 )
-@click.option(
+@_number(
     "--wrr-feedback",
-    type=click.FloatRange(min=0),
-    default=0.3,
-    show_default=True,
-    help="Gain of wrr's utilization feedback; 0 leaves capacity-only weights "
+    0.3,
+    "Gain of wrr's utilization feedback; 0 leaves capacity-only weights "
     "(qps / (utilization + errors/qps)).",
+    click.FloatRange(min=0),
 )
 @OUTPUT
 @PLOT
