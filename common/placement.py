@@ -32,7 +32,7 @@ from enum import StrEnum
 
 from . import strategies
 from .diff import Diff, Move, WorkerDiff
-from .rebalance import best_move
+from .rebalance import plan_moves
 from .strategies import EPS as _EPS
 
 LEAST_UTILIZED = "least-utilized"
@@ -351,30 +351,15 @@ class Placement:
         self, tolerance: float, budget: int, pinned: Container[str] = ()
     ) -> tuple[Diff, list[Move]]:
         """Move up to ``budget`` replicas from the most to the least utilized eligible workers
-        while the spread exceeds ``tolerance``. A move is made only if it lowers the higher of
-        the two workers' utilizations, so no rebalance ever raises the maximum utilization."""
-        diff, moves = Diff(), list[Move]()
-        eligible = self.eligible()
-        if len(eligible) < 2 or budget <= 0:
-            return diff, moves
-        while len(moves) < budget:
-            move = self._best_move(eligible, tolerance, pinned)
-            if move is None:
-                break
-            self._unassign(move.task, move.source)
-            self._assign(move.task, move.target)
-            diff.remove(move.source, move.task)
-            diff.add(move.target, move.task)
-            moves.append(move)
+        while the spread exceeds ``tolerance``; ``pinned`` tasks stay put. A move is made only
+        if it lowers the higher of the two workers' utilizations, so no rebalance ever raises
+        the maximum utilization (see `rebalance.plan_moves`)."""
+        moves = plan_moves(self, tolerance, budget, pinned)
+        diff = Diff()
+        for m in moves:
+            diff.remove(m.source, m.task)
+            diff.add(m.target, m.task)
         return diff, moves
-
-    def _best_move(
-        self, eligible: list[str], tolerance: float, pinned: Container[str]
-    ) -> Move | None:
-        return best_move(
-            eligible, tolerance, self.utilization, self._cap, self._load, self._cost,
-            self._tasks_of, self._owners, pinned, self._excluded,
-        )
 
 
 @dataclass(frozen=True)

@@ -170,18 +170,27 @@ class TimerWheel(Generic[K]):
     # -- internals ---------------------------------------------------------------------------
 
     def _put(self, key: Hashable, kind: TimerKind, at: float, interval: float) -> None:
-        if not math.isfinite(at):
+        if not -1e300 < at < 1e300:  # finite (NaN fails both comparisons)
             raise ValueError(f"deadline must be finite, got {at!r}")
-        old = self._entries.get(key)
-        if old is not None:
-            del self._slots[old.tick % self._nslots][key]
         # Due at the first tick boundary at or after `at`; anything in the past fires on the
         # next expire().
-        tick = max(math.ceil(at / self.tick - _EPS), self._next)
+        tick = math.ceil(at / self.tick - _EPS)
+        if tick < self._next:
+            tick = self._next
         self._seq += 1
-        entry = _Entry(key, kind, at, tick, interval, self._seq)
-        self._entries[key] = entry
-        self._slots[tick % self._nslots][key] = entry
+        entry = self._entries.get(key)
+        if entry is not None:
+            # Re-arming (every worker report does it): move the same entry, allocate nothing.
+            if entry.tick != tick:
+                slots = self._slots
+                del slots[entry.tick % self._nslots][key]
+                slots[tick % self._nslots][key] = entry
+                entry.tick = tick
+            entry.kind, entry.deadline, entry.interval, entry.seq = kind, at, interval, self._seq
+        else:
+            entry = _Entry(key, kind, at, tick, interval, self._seq)
+            self._entries[key] = entry
+            self._slots[tick % self._nslots][key] = entry
         if self._hint is not None and tick < self._hint:
             self._hint = tick
 

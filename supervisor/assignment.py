@@ -35,10 +35,12 @@ class Assigner:
         self.log = log if log is not None else logs.get("supervisor")
         self.placement = Placement(config.replicas, config.strategy)
         self.workers: dict[str, WorkerRecord] = {}
+        self.active_workers = 0
         self.handoffs = Handoffs()
         self.task_list: dict[str, float] | None = None
         self.counters = Counters()
         self.wheel: TimerWheel[Any] = TimerWheel(config.tick, now)
+        self._base_wait = config.report_interval
         self._silence = config.lease + config.lease_margin
         self._renew = config.renew_every
         self._diff = Diff()  # what the current event changes, per worker
@@ -68,9 +70,11 @@ class Assigner:
                     self.handoffs.expect(task, rec.id)
         rec.out_seq += 1
         msg = Instructions(self.epoch, rec.out_seq, rec.incarnation, self.config.lease,
-                           rec.last_seq, rec.status.sent_at, reset, add, remove)
+                           rec.last_seq, rec.seen_sent_at, reset, add, remove)
         if reset or add or remove:
+            rec.digest = None  # what it should run changed: judge its next report in full
             rec.expect_seq, rec.expect_since, rec.mismatch_since = rec.out_seq, now, None
+            rec.expect = (self.epoch, rec.out_seq)
             self._content_sent = True
         rec.last_sent_at = now
         self._out.append(Send(rec.identity, msg))
@@ -96,6 +100,10 @@ class Assigner:
 
     # -- placement events ----------------------------------------------------------------------
 
+    def _bind(self, rec: WorkerRecord) -> None:
+        """Point the record at placement's live desired set (after the worker is added)."""
+        rec.desired = self.placement.tasks_of(rec.id)
+
     def _mode(self, rec: WorkerRecord) -> Mode:
         if rec.drained or rec.status.state is not WorkerState.READY:
             return Mode.HOLD
@@ -106,6 +114,12 @@ class Assigner:
         if diff:
             self.counters.tasks_moved += diff.moved()
             self._diff.merge(diff)
+
+    def _want_rebalance(self, now: float) -> None:
+        """Joins and capacity changes come in bursts (a fleet starting): one rebalance event a
+        report interval later covers them all, instead of an O(fleet) pass per report."""
+        if REBALANCE not in self.wheel:
+            self.wheel.schedule_timeout(REBALANCE, now + self.config.report_interval)
 
     def _rebalance(self, now: float) -> None:
         """Move tasks toward under-used workers, make-before-break, at most the move budget per
@@ -180,11 +194,17 @@ class Assigner:
         if rec.expect_seq:
             epoch, seq = st.applied
             if epoch < self.epoch or (epoch == self.epoch and seq < rec.expect_seq):
-                if now - rec.expect_since >= self.config.report_interval:
+                if now - rec.expect_since >= rec.resend_wait:
+                    # Lost, or the report is older than our set (a backlog here): a reset
+                    # converges either way. Back off, so an overloaded supervisor, whose every
+                    # report is late, does not answer each one with yet another set.
                     self.counters.resends += 1
-                    self._resets[rec.id] = None  # lost, or late: a reset converges either way
+                    rec.resend_wait = min(rec.resend_wait * 2, 16 * self.config.report_interval)
+                    self._resets[rec.id] = None
                 return
+            rec.resend_wait = self.config.report_interval
         desired = self.placement.tasks_of(rec.id)
+        assert rec.desired is desired, f"{rec.id}: stale desired set"  # see _bind
         releasing = self.handoffs.releasing(rec.id)
         running = st.running
         if releasing:
@@ -234,7 +254,7 @@ class Assigner:
             interval = self.config.query_interval
             self.wheel.schedule_poll(QUERY, interval, now + interval)
             self.log.info("running", epoch=self.epoch, tasks=len(tasks),
-                          workers=sum(1 for r in self.workers.values() if r.active),
+                          workers=self.active_workers,
                           pending=len(self.placement.pending()))
         elif self.phase is Phase.RUNNING:
             self._apply_task_list(tasks)
@@ -250,6 +270,7 @@ class Assigner:
         claims: dict[str, list[tuple[str, int]]] = {}
         for rec in active:
             p.upsert_worker(rec.id, rec.status.max_load, self._mode(rec))
+            self._bind(rec)
             for task, epoch in rec.status.running.items():
                 if task in tasks:
                     claims.setdefault(task, []).append((rec.id, epoch))

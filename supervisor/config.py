@@ -40,7 +40,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("lease_margin", "seconds", 2.0,
             "extra wait before a silent worker's tasks are given to others"),
     Setting("renew_interval", "seconds", 0.0,
-            "answer a worker's report at least this often (0: lease / 5)"),
+            "answer a worker's report at least this often (0: lease / 3)"),
     Setting("report_interval", "seconds", 1.0,
             "the workers' report interval (reconciliation waits this long)", positive),
     Setting("rebalance_tolerance", "number", 0.05,
@@ -94,7 +94,7 @@ class SupervisorConfig:
 
     @property
     def renew_every(self) -> float:
-        return self.renew_interval if self.renew_interval > 0 else self.lease / 5
+        return self.renew_interval if self.renew_interval > 0 else self.lease / 3
 
     def epoch_path(self) -> Path:
         if self.state_file:

