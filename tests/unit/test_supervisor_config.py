@@ -85,3 +85,14 @@ def test_epochs_only_grow_and_survive_restarts(tmp_path: Path) -> None:
     path.write_text("garbage")
     with pytest.raises(ConfigError, match="not an epoch number"):
         epochs.next_epoch(path)
+
+
+def test_docs_list_every_setting_verb_and_counter() -> None:
+    from corral.supervisor.metrics import COUNTERS
+    from corral.supervisor.verbs import VERBS
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "supervisor.md").read_text()
+    missing = [s.flag for s in config.SETTINGS if f"`{s.flag}`" not in text]
+    missing += [v for v in VERBS if f"`corralctl {v}" not in text]
+    missing += [c for c in COUNTERS if f"`corral_{c}_total`" not in text]
+    assert missing == [], f"docs/supervisor.md does not mention {missing}"

@@ -1,0 +1,68 @@
+"""The corral demo: a supervisor and three workers on loopback, 35 tasks, one worker killed.
+
+Run by scripts/demo. Everything it starts is stopped (by pid) when it ends, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
+from _cluster import Cluster, wait_until  # noqa: E402
+
+WORKERS = {"worker-10": 10, "worker-20": 20, "worker-40": 40}
+TASKS = [f"room-{i:02d}" for i in range(35)]
+LEASE, MARGIN, REPORT = 4.0, 1.0, 0.5
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def main() -> int:
+    c = Cluster(TASKS)
+    names = list(WORKERS)
+    try:
+        say(f"corral demo: a supervisor and {len(WORKERS)} workers on loopback, "
+            f"{len(TASKS)} tasks (work dir {c.dir})\n")
+        c.start_supervisor(warmup=5, expect_workers=len(WORKERS), lease=LEASE,
+                           lease_margin=MARGIN, tick=0.25, report_interval=REPORT)
+        for name, cap in WORKERS.items():
+            c.start_worker(name, max_load=cap, report_interval=REPORT)
+        wait_until(lambda: len(c.running(names)) == len(TASKS), timeout=60)
+        wait_until(lambda: sum(w["running"] for w in c.ctl("workers")["workers"]) == len(TASKS),
+                   timeout=30)
+        say("$ corralctl workers")
+        say(c.ctl("workers", json_out=False))
+        say("$ corralctl assignments")
+        say(c.ctl("assignments", json_out=False))
+        victim = "worker-20"
+        survivors = [n for n in names if n != victim]
+        lost = {t for t, ws in c.running(names).items() if ws == [victim]}
+        say(f"kill -9 {victim}: its {len(lost)} tasks move once its lease ({LEASE:g} s) "
+            f"and the margin ({MARGIN:g} s) have passed\n")
+        killed = c.kill(victim)
+        wait_until(lambda: lost <= set(c.running(survivors)), timeout=LEASE + MARGIN + 30)
+        took = max(c.starts_after(survivors, killed)[t] for t in lost) - killed
+        say(f"all {len(lost)} tasks of {victim} running elsewhere after {took:.1f} s\n")
+        wait_until(lambda: sum(w["running"] for w in c.ctl("workers")["workers"]
+                               if w["active"]) == len(TASKS), timeout=30)
+        say("$ corralctl workers")
+        say(c.ctl("workers", json_out=False))
+        say("$ corralctl status")
+        say(c.ctl("status", json_out=False))
+        return 0
+    finally:
+        c.close()
+        shutil.rmtree(c.dir, ignore_errors=True)
+        say("stopped the supervisor and the workers")
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,113 @@
+"""corral end to end: a real supervisor, real workers (log handler with journals), loopback.
+
+Timings are short: lease 3 s, margin 1 s, tick 0.25 s, reports every 0.5 s.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from .fleetprocs import intervals, running_now, start_worker, uncovered
+from .procs import Procs, Supervisor, wait_until
+
+pytestmark = pytest.mark.e2e
+
+LEASE, MARGIN, TICK = 3.0, 1.0, 0.25
+
+
+def tasks_file(tmp: Path, n: int) -> Path:
+    f = tmp / "tasks.txt"
+    f.write_text("".join(f"room-{i:02d}\n" for i in range(n)))
+    return f
+
+
+def supervisor(procs: Procs, n: int, **opts: object) -> Supervisor:
+    return Supervisor(procs, f"file:{tasks_file(procs.tmp, n)}", lease=LEASE,
+                      lease_margin=MARGIN, tick=TICK, **opts)
+
+
+def all_running(procs: Procs, names: list[str], n: int, replicas: int = 1) -> bool:
+    now = running_now(procs, names)
+    return len(now) == n and all(len(v) == replicas for v in now.values())
+
+
+def test_utilizations_differ_by_at_most_one_task(procs: Procs) -> None:
+    sup = supervisor(procs, 35, expect_workers=3, warmup=10)
+    for name, cap in (("w10", 10), ("w20", 20), ("w40", 40)):
+        start_worker(procs, sup, name, cap)
+    names = ["w10", "w20", "w40"]
+    wait_until(lambda: all_running(procs, names, 35), what="35 tasks running")
+    rows = wait_until(lambda: [w for w in sup.ctl("workers")["workers"] if w["running"]]
+                      if sum(w["running"] for w in sup.ctl("workers")["workers"]) == 35
+                      else None, what="reports of 35 running tasks")
+    utils = [w["utilization"] for w in rows]
+    assert max(utils) - min(utils) <= 1 / 10 + 1e-9, rows  # one task on the smallest worker
+    assert sorted(w["running"] for w in rows) == [5, 10, 20]
+
+
+def test_kill_9_worker_tasks_move_within_lease_margin_tick(procs: Procs) -> None:
+    sup = supervisor(procs, 30, expect_workers=3, warmup=10)
+    workers = {name: start_worker(procs, sup, name, 20) for name in ("a", "b", "c")}
+    names = list(workers)
+    wait_until(lambda: all_running(procs, names, 30), what="30 tasks running")
+    time.sleep(1.0)  # a few reports so the supervisor has seen every worker settled
+    before = running_now(procs, names)
+    lost = {t for t, ws in before.items() if ws == ["a"]}
+    killed = time.monotonic()
+    workers["a"].signal(signal.SIGKILL)
+    workers["a"].wait(5)
+    survivors = ["b", "c"]
+    wait_until(lambda: lost <= set(running_now(procs, survivors)), timeout=LEASE + MARGIN + 10,
+               what="a's tasks running elsewhere")
+    spans = [s for s in intervals(procs, survivors) if s.task in lost and s.start >= killed]
+    took = max(s.start for s in spans) - killed
+    # The supervisor heard from `a` up to one report interval before the kill.
+    assert took <= LEASE + MARGIN + TICK + 0.5 + 1.0, took
+    # No other task moved: nothing the survivors ran before was stopped.
+    stops = [s for s in intervals(procs, survivors) if s.stop is not None and s.task not in lost]
+    assert stops == []
+    assert {t: ws for t, ws in running_now(procs, survivors).items() if t not in lost} == \
+        {t: ws for t, ws in before.items() if t not in lost}
+
+
+def test_replicas_2_sigterm_keeps_every_task_covered(procs: Procs) -> None:
+    sup = supervisor(procs, 12, expect_workers=3, warmup=10, replicas=2)
+    workers = {name: start_worker(procs, sup, name, 20) for name in ("a", "b", "c")}
+    names = list(workers)
+    wait_until(lambda: all_running(procs, names, 12, replicas=2), what="2 replicas each")
+    t0 = time.monotonic()
+    workers["a"].signal(signal.SIGTERM)
+    assert workers["a"].wait(20) == 0, workers["a"].output()[-2000:]
+    wait_until(lambda: all_running(procs, ["b", "c"], 12, replicas=2), timeout=15,
+               what="2 replicas each on b and c")
+    t1 = time.monotonic()
+    spans = intervals(procs, names)
+    for task in {s.task for s in spans}:
+        gaps = uncovered(spans, task, t0, t1)
+        assert gaps == [], f"{task} had no running owner at {gaps}"
+    assert not running_now(procs, ["a"])
+
+
+def test_supervisor_kill_9_and_restart_changes_nothing(procs: Procs) -> None:
+    sup = supervisor(procs, 20, expect_workers=3, warmup=3)
+    for name in ("a", "b", "c"):
+        start_worker(procs, sup, name, 10)
+    names = ["a", "b", "c"]
+    wait_until(lambda: all_running(procs, names, 20), what="20 tasks running")
+    before = running_now(procs, names)
+    killed = time.monotonic()
+    sup.proc.signal(signal.SIGKILL)
+    sup.proc.wait(5)
+    sup.start("supervisor-2")
+    wait_until(lambda: sup.ctl("status", check=False).returncode == 0
+               and sup.ctl("status")["phase"] == "running", timeout=20, what="running again")
+    time.sleep(2.0)  # let reconciliation have its say
+    spans = intervals(procs, names)
+    changed = [s for s in spans if s.start >= killed or (s.stop or 0) >= killed]
+    assert changed == [], changed
+    assert running_now(procs, names) == before
+    assert sup.ctl("status")["tasks_assigned"] == 20
