@@ -164,6 +164,18 @@ def parse_file(text: str, file_name: str) -> dict[str, Any]:
     return {k.replace("-", "_"): v for k, v in data.items()}
 
 
+def read_file(path: str) -> dict[str, Any]:
+    """A TOML configuration file's keys, or ConfigError("config", …) if it cannot be read."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigError("config", f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError("config", f"{path} is not UTF-8 text") from None
+    return parse_file(text, path)
+
+
 def resolve(
     settings: Sequence[Setting],
     flags: Mapping[str, Any],

@@ -15,7 +15,7 @@ from typing import Any
 from corral.common.errors import ConfigError
 from corral.common.logs import LEVELS
 from corral.common.placement import LEAST_UTILIZED, STRATEGIES
-from corral.common.settings import Setting, at_least, parse_file, positive, resolve
+from corral.common.settings import Setting, at_least, positive, read_file, resolve
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("bind", "endpoint", "tcp://0.0.0.0:7760", "where workers connect (ZeroMQ endpoint)"),
@@ -107,13 +107,7 @@ def load(
     flags: Mapping[str, Any], env: Mapping[str, str], config_path: str | None
 ) -> SupervisorConfig:
     """Resolve flags, environment and file into a checked config."""
-    file_values: dict[str, Any] = {}
-    if config_path:
-        try:
-            text = Path(config_path).read_text()
-        except OSError as exc:
-            raise ConfigError("config", f"cannot read {config_path}: {exc.strerror}") from None
-        file_values = parse_file(text, config_path)
+    file_values = read_file(config_path) if config_path else {}
     values = resolve(SETTINGS, flags, env, file_values, config_path or "config file")
     if not values["tasks"]:
         raise ConfigError("tasks", "a task source is required (--tasks SOURCE)")

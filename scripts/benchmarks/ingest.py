@@ -199,13 +199,19 @@ def raw_receiver(endpoint: str, seconds: float, result: Any) -> None:
     ctx.term()
 
 
-def measure_raw(workers: int, procs: int, seconds: float) -> float:
+def start_raw(seconds: float) -> tuple[str, Any, Any]:
+    """A bare receiver process on a fresh port: (endpoint, process, its result queue)."""
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     ctx = mp.get_context("spawn")
     q: Any = ctx.Queue()
     rp = ctx.Process(target=raw_receiver, args=(endpoint, seconds, q))
     rp.start()
     time.sleep(0.5)
+    return endpoint, rp, q
+
+
+def measure_raw(workers: int, procs: int, seconds: float) -> float:
+    endpoint, rp, q = start_raw(seconds)
     sent = run_senders(endpoint, workers, procs, "flood", seconds, SEQ_BASE)
     count, samples = q.get(timeout=120)
     rp.join(30)
@@ -285,12 +291,7 @@ class SupervisorUnderTest:
 
 def raw_cpu_share_at_1hz(workers: int, procs: int, seconds: float) -> float:
     """The bare loop's own CPU share at the same paced load: the floor on this machine."""
-    endpoint = f"tcp://127.0.0.1:{free_port()}"
-    ctx = mp.get_context("spawn")
-    q: Any = ctx.Queue()
-    rp = ctx.Process(target=raw_receiver, args=(endpoint, seconds, q))
-    rp.start()
-    time.sleep(0.5)
+    endpoint, rp, q = start_raw(seconds)
     cpu0, w0 = cpu_seconds(rp.pid), time.monotonic()
     run_senders(endpoint, workers, procs, "paced", seconds, SEQ_BASE)
     share = (cpu_seconds(rp.pid) - cpu0) / (time.monotonic() - w0)
