@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from .etcd_server import Etcd
 
 # Derandomized so a CI run is reproducible; CORRAL_HYPOTHESIS=dev explores new examples.
 settings.register_profile(
@@ -17,3 +22,13 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, max_examples=300)
 settings.load_profile(os.environ.get("CORRAL_HYPOTHESIS", "ci"))
+
+
+@pytest.fixture()
+def etcd(tmp_path: Path) -> Iterator[Etcd]:
+    """A real etcd on loopback for this test, stopped by pid afterwards."""
+    server = Etcd(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
