@@ -5,7 +5,9 @@ or raises `ProtocolError` with one clear sentence, and never raises anything els
 is checked for type and range, unknown and missing fields are refused, nil is accepted only
 where a field is nullable, and sizes are bounded so a hostile frame cannot make a daemon
 allocate without limit. Worker reports and instruction sets — the messages sent at fleet
-scale — are parsed and checked by msgspec in C; the rest by the Python checks below.
+scale — and the request-routing `Request` / `Reply` are parsed and checked by msgspec in C;
+the rest by the Python checks below. A request's or reply's ``body`` belongs to the
+application: any msgpack value except extension types (timestamps excepted) is let through.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from .protocol import (
     Instructions,
     Message,
     Refusal,
+    Reply,
+    Request,
     Status,
     WorkerState,
 )
@@ -178,9 +182,38 @@ class _InstructionsWire(msgspec.Struct, forbid_unknown_fields=True):
     remove: _TaskList = ()
 
 
+class _RequestWire(msgspec.Struct, forbid_unknown_fields=True):
+    id: _UInt
+    task: _Id | None
+    body: Any = None
+
+
+class _ReplyWire(msgspec.Struct, forbid_unknown_fields=True):
+    id: _UInt
+    code: Literal["ok", "not_owner", "error"] = "ok"
+    body: Any = None
+    error: Annotated[str, msgspec.Meta(max_length=MAX_TEXT_CHARS)] | None = None
+    version: tuple[_UInt, _UInt] = (0, 0)
+    qps: _Num = 0.0
+    utilization: _Num = 0.0
+    errors: _Num = 0.0
+    lame_duck: bool = False
+
+
+def _no_ext(code: int, data: memoryview) -> Any:
+    # Raised inside msgspec's parse; decode() turns it into a ProtocolError.
+    raise ValueError(f"msgpack extension type {code} is not allowed")
+
+
+_STRUCTS: dict[str, type[msgspec.Struct]] = {
+    "status": _StatusWire, "instructions": _InstructionsWire,
+    "request": _RequestWire, "reply": _ReplyWire,
+}
 _WIRE: dict[str, tuple[type[Any], msgspec.msgpack.Decoder[Any]]] = {
     "status": (Status, msgspec.msgpack.Decoder(_StatusWire)),
     "instructions": (Instructions, msgspec.msgpack.Decoder(_InstructionsWire)),
+    "request": (Request, msgspec.msgpack.Decoder(_RequestWire, ext_hook=_no_ext)),
+    "reply": (Reply, msgspec.msgpack.Decoder(_ReplyWire, ext_hook=_no_ext)),
 }
 _ENVELOPE = msgspec.msgpack.Decoder(tuple[int, str, msgspec.Raw])
 _STATES = {s.value: s for s in WorkerState}  # the round-trip tests cover every state
@@ -197,8 +230,7 @@ _FIELDS_OF: dict[type[Any], tuple[str, ...]] = {
 for _kind, (_cls, _specs) in _SCHEMAS.items():
     assert _FIELDS_OF[_cls] == tuple(s[0] for s in _specs), _kind
 for _kind, (_cls, _dec) in _WIRE.items():
-    _struct = {"status": _StatusWire, "instructions": _InstructionsWire}[_kind]
-    assert _FIELDS_OF[_cls] == _struct.__struct_fields__, _kind
+    assert _FIELDS_OF[_cls] == _STRUCTS[_kind].__struct_fields__, _kind
 
 
 def _build(cls: type[Any], values: dict[str, Any]) -> Any:
@@ -259,6 +291,8 @@ def decode(frame: bytes) -> Message:
             return _build(wire[0], values)  # type: ignore[no-any-return]
         except msgspec.ValidationError as exc:
             raise ProtocolError(f"{kind}: {exc}") from None
+        except ValueError as exc:  # from _no_ext: a body holding an extension type
+            raise ProtocolError(f"{kind}: {exc}") from None
         except Exception as exc:  # DecodeError, UnicodeDecodeError…: all mean "not a frame"
             raise ProtocolError(f"not valid msgpack: {type(exc).__name__}: {exc}") from None
     if kind not in _SCHEMAS:
@@ -298,8 +332,33 @@ def _encode_status(m: Status) -> bytes:
         "serve": m.serve, "failures": m.failures, "lease_held": m.lease_held}])
 
 
-# The two messages sent at fleet scale, written out (a generic field loop costs 3x more).
-_FAST: dict[type[Any], Any] = {Instructions: _encode_instructions, Status: _encode_status}
+# A request's or reply's body is the application's: msgspec's encoder also carries what its
+# decoder produces (a timestamp comes back as a datetime), so every decoded one re-encodes.
+_msgspec_encode = msgspec.msgpack.Encoder().encode
+
+
+def _encode_with_body(frame: list[Any]) -> bytes:
+    try:
+        return _msgspec_encode(frame)
+    except (TypeError, OverflowError, msgspec.EncodeError) as exc:  # one type, one message
+        raise TypeError(f"cannot encode {frame[1]}: {exc}") from None
+
+
+def _encode_request(m: Request) -> bytes:
+    return _encode_with_body([PROTOCOL_VERSION, "request", {
+        "id": m.id, "task": m.task, "body": m.body}])
+
+
+def _encode_reply(m: Reply) -> bytes:
+    return _encode_with_body([PROTOCOL_VERSION, "reply", {
+        "id": m.id, "code": m.code, "body": m.body, "error": m.error, "version": m.version,
+        "qps": m.qps, "utilization": m.utilization, "errors": m.errors,
+        "lame_duck": m.lame_duck}])
+
+
+# The messages sent at fleet scale, written out (a generic field loop costs 3x more).
+_FAST: dict[type[Any], Any] = {Instructions: _encode_instructions, Status: _encode_status,
+                               Request: _encode_request, Reply: _encode_reply}
 
 
 def encode(msg: Message) -> bytes:

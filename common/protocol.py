@@ -4,6 +4,8 @@ Worker → supervisor: `Status` (one-way, every report interval and after any ch
 Supervisor → worker: `Instructions` (an instruction set: reset / add / remove, plus the lease
 renewal) and `Refusal` (the worker is not accepted, e.g. a second live worker with a taken id).
 CLI ↔ supervisor: `ControlRequest` / `ControlReply`, with a fixed-shape `ControlError`.
+Client ↔ serving worker: `Request` / `Reply` (request routing, docs/routing.md); every reply
+carries the worker's load report.
 
 Containers are plain dicts and tuples for speed on the hot path; treat them as read-only.
 The classes are frozen but deliberately not ``slots``: the decoder builds an instance by
@@ -118,6 +120,48 @@ class ControlReply:
     error: ControlError | None = None
 
 
+@dataclass(frozen=True)
+class Request:
+    """A request for a serving worker (a client's `Router` → the worker's ``--serve`` socket).
+
+    ``task`` is the task it is for — the worker answers it only while it owns that task — or
+    None for any worker (``call_any``). ``body`` is the application's: any msgpack value.
+    ``id`` is the client's own number for it, echoed in the reply.
+    """
+
+    id: int
+    task: str | None
+    body: Any = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A serving worker's answer to one `Request`, with its load report.
+
+    ``code``: ``ok`` (``body`` is the handler's reply), ``not_owner`` (the worker did not run
+    the handler, or dropped its result: it does not own the task — the client should refresh
+    its map and go elsewhere), ``error`` (the handler raised; ``error`` says what).
+    ``version`` is the assignment the worker holds: the ``(epoch, seq)`` of the last instruction
+    set it applied. ``qps``, ``utilization`` and ``errors`` (per second) are measured over the
+    worker's recent past, from all its clients; ``lame_duck`` asks for no new requests.
+    """
+
+    id: int
+    code: str = "ok"
+    body: Any = None
+    error: str | None = None
+    version: tuple[int, int] = (0, 0)
+    qps: float = 0.0
+    utilization: float = 0.0
+    errors: float = 0.0
+    lame_duck: bool = False
+
+
+# Reply codes.
+REPLY_OK = "ok"
+REPLY_NOT_OWNER = "not_owner"
+REPLY_ERROR = "error"
+
 # Error codes of ControlError; scripts may rely on them.
 ERR_BAD_REQUEST = "bad_request"
 ERR_UNKNOWN_VERB = "unknown_verb"
@@ -129,4 +173,4 @@ ERR_INTERNAL = "internal"
 REFUSE_DUPLICATE_ID = "duplicate_id"
 REFUSE_UNAUTHORIZED = "unauthorized"
 
-Message = Status | Instructions | Refusal | ControlRequest | ControlReply
+Message = Status | Instructions | Refusal | ControlRequest | ControlReply | Request | Reply

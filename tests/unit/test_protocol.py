@@ -19,6 +19,8 @@ from corral.common.protocol import (
     ControlRequest,
     Instructions,
     Refusal,
+    Reply,
+    Request,
     Status,
     WorkerState,
 )
@@ -80,7 +82,28 @@ replies = st.builds(
     result=plain,
     error=st.none() | st.builds(ControlError, code=ids, message=st.text(max_size=50)),
 )
-messages = st.one_of(statuses, instructions, refusals, requests, replies)
+bodies = st.recursive(  # an application's payload: any msgpack value
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=10)
+    | st.binary(max_size=10) | st.floats(allow_nan=False),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5),
+                                                                    children, max_size=4),
+    max_leaves=12,
+)
+serve_requests = st.builds(Request, id=uints, task=st.none() | ids, body=bodies)
+serve_replies = st.builds(
+    Reply,
+    id=uints,
+    code=st.sampled_from(["ok", "not_owner", "error"]),
+    body=bodies,
+    error=st.none() | st.text(max_size=50),
+    version=st.tuples(uints, uints),
+    qps=numbers,
+    utilization=numbers,
+    errors=numbers,
+    lame_duck=st.booleans(),
+)
+messages = st.one_of(statuses, instructions, refusals, requests, replies, serve_requests,
+                     serve_replies)
 
 
 @given(messages)
@@ -93,6 +116,18 @@ def test_decoded_status_is_frozen(msg: Status) -> None:
     decoded = codec.decode(codec.encode(msg))
     with pytest.raises(AttributeError):
         decoded.seq = 1  # type: ignore[misc]
+
+
+def test_a_body_comes_back_as_the_same_value() -> None:
+    import datetime
+
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    for body in (b"\x00raw", {"k": [1, 2.5, None]}, when, 2**64 - 1, -(2**63)):
+        assert codec.decode(codec.encode(Request(1, "t", body))) == Request(1, "t", body)
+    with pytest.raises(TypeError, match="cannot encode reply"):
+        codec.encode(Reply(1, body=object()))
+    with pytest.raises(TypeError, match="cannot encode request"):
+        codec.encode(Request(1, None, 2**64))
 
 
 def _frame(kind: str, body: Any, version: Any = PROTOCOL_VERSION) -> bytes:
@@ -166,6 +201,19 @@ _DROP = object()
         (_frame("control_reply", {"request_id": 1, "result": float("nan")}), "finite"),
         (msgpack.packb([1, "status", {1: 2}], strict_types=False), "status: Expected `str`"),
         (msgpack.packb([1, "refusal", {1: 2}], strict_types=False), "not valid msgpack"),
+        (_frame("request", {"id": 1}), "request: .*missing required field `task`"),
+        (_frame("request", {"id": -1, "task": None}), "request: .*id"),
+        (_frame("request", {"id": 1, "task": ""}), "request: .*task"),
+        (_frame("request", {"id": 1, "task": "t" * 300}), "request: .*task"),
+        (_frame("request", {"id": 1, "task": None, "extra": 1}), "request: .*unknown field"),
+        (msgpack.packb([1, "request", {"id": 1, "task": "t", "body": [msgpack.ExtType(3, b"")]}]),
+         "request: msgpack extension type 3 is not allowed"),
+        (_frame("reply", {"id": 1, "code": "maybe"}), "reply: .*code"),
+        (_frame("reply", {"id": 1, "qps": float("nan")}), "reply: .*qps"),
+        (_frame("reply", {"id": 1, "utilization": -1}), "reply: .*utilization"),
+        (_frame("reply", {"id": 1, "version": [1]}), "reply: .*version"),
+        (_frame("reply", {"id": 1, "lame_duck": 1}), "reply: .*lame_duck"),
+        (_frame("reply", {"id": 1, "error": "x" * 5000}), "reply: .*error"),
     ],
 )
 def test_bad_frames_give_one_clear_error(frame: bytes, says: str) -> None:
@@ -253,3 +301,38 @@ def test_fuzz_random_and_mutated_frames_only_give_protocol_errors_or_messages() 
             assert codec.decode(codec.encode(msg)) == msg
             outcomes["valid"] += 1
     assert outcomes["error"] > 5_000 and outcomes["valid"] > 100, outcomes
+
+
+_SERVE_BODIES: list[tuple[str, dict[str, Any]]] = [
+    ("request", {"id": 7, "task": "room-1", "body": {"q": [1, "a", b"b", None]}}),
+    ("request", {"id": 8, "task": None, "body": "hello"}),
+    ("reply", {"id": 7, "code": "ok", "body": [1, 2], "error": None, "version": [3, 4],
+               "qps": 12.5, "utilization": 0.25, "errors": 0.0, "lame_duck": False}),
+    ("reply", {"id": 8, "code": "not_owner", "error": "not mine", "lame_duck": True}),
+]
+
+
+def test_fuzz_requests_and_replies_only_give_protocol_errors_or_messages() -> None:
+    """The same mutations over request and reply frames. A body may hold NaN (it is the
+    application's), so what decodes is compared by its re-encoded bytes."""
+    rng = random.Random(20261126)
+    seeds = [msgpack.packb([1, k, b]) for k, b in _SERVE_BODIES]
+    outcomes = {"valid": 0, "error": 0}
+    for _ in range(6_000):
+        frame = _mutations(rng, seeds)
+        if rng.random() < 0.5:  # mutate the request/reply fields themselves too
+            kind, body = rng.choice(_SERVE_BODIES)
+            body = dict(body)
+            body[rng.choice([*body, "extra"])] = rng.choice(
+                [None, -5, 2**64 - 1, 1.5, "x", "", [1, 2], {"a": 1}, True, float("nan"),
+                 b"raw", msgpack.ExtType(1, b"x")])
+            frame = msgpack.packb([1, kind, body], strict_types=False)
+        try:
+            msg = codec.decode(frame)
+        except ProtocolError:
+            outcomes["error"] += 1
+        else:
+            again = codec.encode(msg)
+            assert codec.encode(codec.decode(again)) == again
+            outcomes["valid"] += 1
+    assert outcomes["error"] > 2_000 and outcomes["valid"] > 100, outcomes
