@@ -13,6 +13,7 @@ from corral.common.errors import ConfigError
 from corral.common.settings import click_options
 
 from . import config as config_mod
+from . import curve
 from .daemon import BindError, Daemon
 
 
@@ -50,3 +51,21 @@ def run(config_path: str | None, **flags: Any) -> None:
         click.echo(f"corral-supervisor: {exc}", err=True)
         sys.exit(1)
     sys.exit(code)
+
+
+@main.command()
+@click.argument("directory", metavar="DIR")
+@click.option("--name", help="the key's name: a worker's id, or any name for the supervisor's "
+              "own key [default: the host name]")
+def keygen(directory: str, name: str | None) -> None:
+    """Make a CurveZMQ key pair: DIR/NAME.key (public) and DIR/NAME.key_secret.
+
+    Give a worker its NAME.key_secret and the supervisor's NAME.key; copy the worker's NAME.key
+    into the supervisor's --authorized-keys directory. A worker may then report only as NAME.
+    """
+    try:
+        public, secret = curve.keygen(directory, name)
+    except ConfigError as exc:
+        click.echo(f"corral-supervisor keygen: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"wrote {public} and {secret}")

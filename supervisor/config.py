@@ -59,6 +59,11 @@ SETTINGS: tuple[Setting, ...] = (
             "[default: $XDG_STATE_HOME/corral/supervisor.epoch]", metavar="PATH"),
     Setting("forget_after", "seconds", 3600.0, "drop an inactive worker from the registry after",
             positive),
+    Setting("curve_secret_key", "str", "", "CurveZMQ: this supervisor's NAME.key_secret file "
+            "(with --authorized-keys: only workers with an authorised key get in)",
+            metavar="FILE"),
+    Setting("authorized_keys", "str", "", "CurveZMQ: directory of the workers' NAME.key files; "
+            "a worker may report only as NAME", metavar="DIR"),
     Setting("log_level", "str", "info", "log level", choices=LEVELS),
     Setting("log_json", "bool", None, "JSON log lines (default: when stderr is not a terminal)"),
 )
@@ -89,6 +94,8 @@ class SupervisorConfig:
     metrics: str = ""
     state_file: str = ""
     forget_after: float = 3600.0
+    curve_secret_key: str = ""
+    authorized_keys: str = ""
     log_level: str = "info"
     log_json: bool | None = None
 
@@ -113,4 +120,7 @@ def load(
         raise ConfigError("tasks", "a task source is required (--tasks SOURCE)")
     if values["renew_interval"] and values["renew_interval"] >= values["lease"]:
         raise ConfigError("renew_interval", "must be shorter than the lease")
+    if bool(values["curve_secret_key"]) != bool(values["authorized_keys"]):
+        raise ConfigError("curve_secret_key", "--curve-secret-key and --authorized-keys go "
+                                              "together")
     return SupervisorConfig(**values)

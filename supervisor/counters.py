@@ -11,6 +11,7 @@ class Counters:
     reports: int = 0  # status messages handled
     stale_reports: int = 0  # not newer than the last from that worker: dropped
     impostor_reports: int = 0  # an id and incarnation from a connection not its own
+    unauthorized_reports: int = 0  # Curve: a report under an id its key does not name
     refused_reports: int = 0  # from an incarnation that was refused
     decode_errors: int = 0  # frames that were not valid messages
     bad_frames: int = 0  # wrong number of frames on the worker socket

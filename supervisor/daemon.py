@@ -25,13 +25,15 @@ from corral.common import codec, logs
 from corral.common.errors import ProtocolError
 from corral.common.protocol import (
     ERR_BAD_REQUEST,
+    REFUSE_UNAUTHORIZED,
     ControlError,
     ControlReply,
     ControlRequest,
+    Refusal,
     Status,
 )
 
-from . import epochs, metrics, verbs
+from . import curve, epochs, metrics, verbs
 from .config import SupervisorConfig
 from .core import SupervisorCore
 from .events import Action, Fetch, PersistEpoch, Send, Stop
@@ -79,10 +81,16 @@ class Daemon:
         old_handlers: dict[int, Any] = {}
         old_wakeup = -1
         try:
-            self.router = self._bind(ctx, zmq.ROUTER, self.config.bind, sockets)
+            self.router = self._socket(ctx, zmq.ROUTER, sockets)
+            self.key_names: dict[str, str] | None = None
+            if self.config.curve_secret_key:
+                self.auth, self.key_names = curve.serve(
+                    ctx, self.router, self.config.curve_secret_key, self.config.authorized_keys)
+            self._bind(self.router, self.config.bind)
             self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
             self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
-            self.control = self._bind(ctx, zmq.ROUTER, self.config.control, sockets)
+            self.control = self._socket(ctx, zmq.ROUTER, sockets)
+            self._bind(self.control, self.config.control)
             old_wakeup = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
             for signum in verbs.SIGNALS:
                 old_handlers[signum] = signal.signal(signum, self._on_signal)
@@ -104,24 +112,28 @@ class Daemon:
                 signal.set_wakeup_fd(old_wakeup)
             for s in sockets:
                 s.close(linger=0)
+            if getattr(self, "auth", None) is not None:
+                self.auth.stop()
             ctx.term()
             wake_r.close()
             wake_w.close()
         self.log.info("supervisor stopped")
         return 0
 
-    def _bind(self, ctx: zmq.Context[Any], kind: int, endpoint: str,
-              sockets: list[zmq.Socket[Any]]) -> zmq.Socket[Any]:
+    def _socket(self, ctx: zmq.Context[Any], kind: int,
+                sockets: list[zmq.Socket[Any]]) -> zmq.Socket[Any]:
         s: zmq.Socket[Any] = ctx.socket(kind)
         sockets.append(s)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.MAXMSGSIZE, codec.MAX_FRAME_BYTES + 1024)
         s.setsockopt(zmq.SNDHWM, SEND_HWM)
+        return s
+
+    def _bind(self, s: zmq.Socket[Any], endpoint: str) -> None:
         try:
             s.bind(endpoint)
         except zmq.ZMQError as exc:
             raise BindError(f"cannot bind {endpoint}: {exc.strerror}") from None
-        return s
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._signals.append(signum)  # only enqueue; the loop does the work
@@ -177,12 +189,17 @@ class Daemon:
         router = self.router
         recv, more, decode, core = router.recv, router.get, codec.decode, self.core
         counters, on_report, workers = core.counters, core.on_report, core.workers
+        key_names = self.key_names
         n = 0
         while n < MAX_BATCH:
             try:
                 identity = recv(NOBLOCK)
                 # A ROUTER message has the peer's identity and at least one frame, atomically.
-                payload = recv(NOBLOCK)
+                if key_names is None:
+                    payload = recv(NOBLOCK)
+                else:  # Curve: the frame says whose key sent it
+                    frame = recv(NOBLOCK, copy=False)
+                    payload, sender = frame.bytes, frame.get("User-Id")
             except zmq.Again:
                 break
             n += 1
@@ -200,6 +217,9 @@ class Daemon:
             if type(msg) is not Status:
                 counters.decode_errors += 1
                 continue
+            if key_names is not None and key_names.get(sender) != msg.worker:
+                self._unauthorized(identity, msg, key_names.get(sender))
+                continue
             counters.reports += 1
             if msg.worker in workers:
                 actions = on_report(identity, msg, now)
@@ -208,6 +228,14 @@ class Daemon:
             else:  # a join is an assignment event: time it
                 self._timed(on_report, identity, msg, now)
         return n
+
+    def _unauthorized(self, identity: bytes, msg: Status, name: str | None) -> None:
+        """A report under an id its Curve key does not name: counted and refused."""
+        self.core.counters.unauthorized_reports += 1
+        reason = (f"this worker's key is authorised as {name!r}, not as {msg.worker!r}"
+                  if name else "this worker's key is not authorised")
+        self._execute([Send(identity, Refusal(self.core.epoch, msg.incarnation,
+                                              REFUSE_UNAUTHORIZED, reason))])
 
     def _drain_control(self, now: float) -> None:
         for _ in range(100):

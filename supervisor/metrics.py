@@ -21,6 +21,7 @@ COUNTERS = {
     "reports": "worker status reports handled",
     "stale_reports": "reports dropped as not newer than the last",
     "impostor_reports": "reports under another connection's id and incarnation",
+    "unauthorized_reports": "reports under an id the sender's Curve key does not name",
     "refused_reports": "reports from refused incarnations",
     "decode_errors": "frames that were not valid messages",
     "bad_frames": "messages with the wrong number of frames",

@@ -1,0 +1,89 @@
+"""CurveZMQ on the worker channel: unauthorised keys never get in; an authorised worker may
+report only under the id its key file names."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+import zmq.auth
+
+from corral.common import codec
+from corral.common.protocol import Refusal, Status
+
+from .procs import BIN, Procs, Supervisor, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def keygen(directory: Path, name: str) -> None:
+    out = subprocess.run([str(BIN / "corral-supervisor"), "keygen", str(directory), "--name",
+                          name], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
+def dealer(ctx: zmq.Context[Any], sup: Supervisor, keys: Path, name: str) -> Any:
+    server_public, _ = zmq.auth.load_certificate(str(keys / "supervisor.key"))
+    public, secret = zmq.auth.load_certificate(str(keys / f"{name}.key_secret"))
+    s = ctx.socket(zmq.DEALER)
+    s.curve_serverkey, s.curve_publickey, s.curve_secretkey = server_public, public, secret
+    s.linger = 0
+    s.connect(sup.endpoint)
+    return s
+
+
+def test_curve_admits_only_authorised_keys_under_their_own_names(procs: Procs) -> None:
+    keys, authorized = procs.tmp / "keys", procs.tmp / "authorized"
+    for name in ("supervisor", "alice", "bob", "mallory"):
+        keygen(keys, name)
+    authorized.mkdir()
+    for name in ("alice", "bob"):
+        (authorized / f"{name}.key").write_bytes((keys / f"{name}.key").read_bytes())
+    (procs.tmp / "tasks.txt").write_text("t1\nt2\n")
+    sup = Supervisor(procs, f"file:{procs.tmp / 'tasks.txt'}", warmup=0.5,
+                     curve_secret_key=str(keys / "supervisor.key_secret"),
+                     authorized_keys=str(authorized))
+    ctx = zmq.Context()
+    socks = {n: dealer(ctx, sup, keys, n) for n in ("alice", "mallory")}
+    try:
+        deadline = time.monotonic() + 15
+        seq = 0
+        while time.monotonic() < deadline:
+            seq += 1
+            for name, s in socks.items():
+                s.send(codec.encode(Status(name, 7, seq, time.monotonic(), 10, {})))
+            if {w["id"] for w in sup.ctl("workers")["workers"]} >= {"alice"}:
+                break
+            time.sleep(0.2)
+        ids = {w["id"] for w in sup.ctl("workers")["workers"]}
+        assert "alice" in ids and "mallory" not in ids  # mallory's messages never arrived
+        # alice, authorised, reporting as bob: refused and counted
+        socks["alice"].send(codec.encode(Status("bob", 8, 1, time.monotonic(), 10, {})))
+        refusal = None
+        while refusal is None and socks["alice"].poll(5000):
+            msg = codec.decode(socks["alice"].recv())
+            if isinstance(msg, Refusal):
+                refusal = msg
+        assert refusal is not None and refusal.code == "unauthorized"
+        assert "authorised as 'alice', not as 'bob'" in refusal.reason
+        wait_until(lambda: sup.ctl("counters")["unauthorized_reports"] >= 1, what="counted")
+        assert "bob" not in {w["id"] for w in sup.ctl("workers")["workers"]}
+    finally:
+        for s in socks.values():
+            s.close(0)
+        ctx.term()
+
+
+def test_keygen_refuses_to_overwrite_and_config_needs_both_halves(tmp_path: Path) -> None:
+    keygen(tmp_path, "x")
+    out = subprocess.run([str(BIN / "corral-supervisor"), "keygen", str(tmp_path), "--name",
+                          "x"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "not overwriting" in out.stderr
+    out = subprocess.run([str(BIN / "corral-supervisor"), "run", "--tasks", "file:x",
+                          "--curve-secret-key", str(tmp_path / "x.key_secret")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "go together" in out.stderr
