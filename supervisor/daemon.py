@@ -199,7 +199,7 @@ class Daemon:
                     payload = recv(NOBLOCK)
                 else:  # Curve: the frame says whose key sent it
                     frame = recv(NOBLOCK, copy=False)
-                    payload, sender = frame.bytes, frame.get("User-Id")
+                    payload, sender = frame.bytes, str(frame.get("User-Id"))
             except zmq.Again:
                 break
             n += 1
