@@ -47,6 +47,11 @@ class Assigner:
         self._resets: dict[str, None] = {}  # workers that get their whole desired set
         self._out: list[Action] = []
         self._content_sent = False  # once true, the epoch may no longer move
+        # HA: only the leader sends; a standby keeps its registry warm from the reports.
+        # Without --ha a supervisor is always the leader.
+        self.leader = True
+        self.leader_until = float("inf")
+        self.warm = False  # the warm-up has run its course (a promoted standby skips it)
 
     # -- building and sending instruction sets -------------------------------------------------
 
@@ -54,6 +59,8 @@ class Assigner:
               add: tuple[str, ...] = (), remove: tuple[str, ...] = ()) -> None:
         """One instruction set to ``rec`` (a lease renewal when empty). The first set carrying
         tasks that a worker incarnation gets from this epoch is always a reset."""
+        if not self.leader:
+            return
         if self.phase is Phase.RUNNING and (reset or ((add or remove) and not rec.got_reset)):
             reset = True
             want = dict(self.placement.tasks_of(rec.id))
@@ -127,14 +134,23 @@ class Assigner:
         budget = self.config.move_budget
         if self.phase is not Phase.RUNNING or budget <= 0:
             return
-        _, moves = self.placement.rebalance(
-            self.config.rebalance_tolerance, budget, pinned=self.handoffs.tasks
-        )
+        p = self.placement
+        _, moves = p.rebalance(self.config.rebalance_tolerance, budget,
+                               pinned=self.handoffs.tasks)
+        started = 0
         for m in moves:
+            if m.task in self.handoffs:
+                # A second replica of a task moved in the same pass: undo it (the task goes
+                # back to its source), or the task would have replicas + 2 owners until both
+                # hand-offs end. The next pass may move it once this hand-off is over.
+                p.unassign(m.task, m.target)
+                p.assign(m.task, m.source)
+                continue
             self.handoffs.start(m.task, m.source)
             self._diff.add(m.target, m.task)
-        self.counters.tasks_moved += len(moves)
-        if len(moves) >= budget:
+            started += 1
+        self.counters.tasks_moved += started
+        if len(moves) >= budget or started < len(moves):
             self.wheel.schedule_timeout(REBALANCE, now + self.config.report_interval)
 
     def _drain(self, rec: WorkerRecord) -> None:
