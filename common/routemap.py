@@ -1,0 +1,190 @@
+"""The assignment map for request routing: which workers serve which task, and where.
+
+The supervisor serves it on its control endpoint (verb ``map``); clients (`Router`) cache it
+and refresh it when its version moves. Its JSON shape, a contract::
+
+    {"version": 8589934595, "epoch": 2,
+     "workers": {"w1": {"serve": "tcp://10.0.0.7:7770", "state": "ready"}, ...},
+     "tasks": {"room-7": ["w1"], "room-8": ["w2", "w3"], "room-9": []}}
+
+``tasks`` lists every task with the workers that run it *and serve requests* (a worker that
+reports the task running, is meant to run it or is handing it over, and has a serve address);
+``workers`` every active worker with a serve address and its own state (``starting``,
+``ready``, ``lame_duck``). ``version`` = epoch × 2³² + a count that moves whenever the
+content does, so a restarted supervisor's versions are above its predecessor's.
+
+Also here, so the `Router` and ``corralctl route`` agree: keys → tasks on a hash ring
+(`TaskRing`), and `explain`, where a request would go and why. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import msgspec
+
+from .errors import ProtocolError
+from .hashring import HashRing
+
+VERSION_SHIFT = 32
+KEY_VNODES = 40  # ring points per task: every client and corralctl must use the same number
+READY, STARTING, LAME_DUCK = "ready", "starting", "lame_duck"
+
+
+@dataclass(frozen=True)
+class WorkerEntry:
+    serve: str
+    state: str  # ready | starting | lame_duck
+
+
+@dataclass(frozen=True)
+class RouteMap:
+    version: int
+    epoch: int = 0
+    workers: Mapping[str, WorkerEntry] = field(default_factory=dict)
+    tasks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+EMPTY = RouteMap(-1)  # what a client holds before its first fetch: any map is newer
+
+
+class _WorkerWire(msgspec.Struct):
+    serve: str
+    state: Literal["ready", "starting", "lame_duck"]
+
+
+class _MapWire(msgspec.Struct):  # unknown keys are let through: the view may grow
+    version: int
+    workers: dict[str, _WorkerWire]
+    tasks: dict[str, list[str]]
+    epoch: int = 0
+
+
+def parse(result: Any) -> RouteMap:
+    """The map from a ``map`` verb's result, or `ProtocolError` saying what is wrong with it.
+    Owners that are not listed among the workers are left out (nothing to route to)."""
+    try:
+        wire = msgspec.convert(result, _MapWire)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"map: {exc}") from None
+    workers = {w: WorkerEntry(e.serve, e.state) for w, e in wire.workers.items()}
+    tasks = {t: tuple(w for w in owners if w in workers) for t, owners in wire.tasks.items()}
+    return RouteMap(wire.version, wire.epoch, workers, tasks)
+
+
+def to_result(m: RouteMap) -> dict[str, Any]:
+    """The JSON shape of ``m`` (what the ``map`` verb returns)."""
+    return {
+        "version": m.version,
+        "epoch": m.epoch,
+        "workers": {w: {"serve": e.serve, "state": e.state} for w, e in m.workers.items()},
+        "tasks": {t: list(owners) for t, owners in m.tasks.items()},
+    }
+
+
+class MapVersions:
+    """Numbers a map's successive contents. ``current(signature, build)`` rebuilds only when
+    the signature (anything cheap that changes whenever the content may have) moved, and moves
+    the version only when the rebuilt content differs.
+
+    >>> v = MapVersions(epoch=2)
+    >>> v.current(1, lambda: ({"a": ("w1",)}, {})).version == (2 << 32) + 1
+    True
+    >>> v.current(2, lambda: ({"a": ("w1",)}, {})).version == (2 << 32) + 1  # same content
+    True
+    >>> v.current(3, lambda: ({"a": ("w2",)}, {})).version == (2 << 32) + 2
+    True
+    """
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self._count = 0
+        self._signature: Any = object()
+        self._map = EMPTY
+        self._result: dict[str, Any] | None = None
+
+    def current(
+        self,
+        signature: Any,
+        build: Callable[[], tuple[Mapping[str, tuple[str, ...]], Mapping[str, WorkerEntry]]],
+    ) -> RouteMap:
+        if signature != self._signature:
+            self._signature = signature
+            tasks, workers = build()
+            if tasks != self._map.tasks or workers != self._map.workers:
+                self._count += 1
+                version = (self.epoch << VERSION_SHIFT) + self._count
+                self._map = RouteMap(version, self.epoch, workers, tasks)
+                self._result = None
+        return self._map
+
+    def result(self) -> dict[str, Any]:
+        """`to_result` of the current map, built once per version (treat it as read-only)."""
+        if self._result is None:
+            self._result = to_result(self._map)
+        return self._result
+
+
+class TaskRing:
+    """Keys → tasks, when tasks are partitions: consistent hashing over the task names, so a
+    change of the task list moves only about 1/N of the keys."""
+
+    def __init__(self, tasks: Mapping[str, Any]) -> None:
+        self.tasks = frozenset(tasks)
+        self._ring = HashRing(sorted(self.tasks), vnodes=KEY_VNODES)
+
+    def task_for(self, key: str) -> str:
+        """The task that ``key`` belongs to; LookupError if there are no tasks."""
+        return self._ring.lookup(key)
+
+
+def tiers(owners: tuple[str, ...], workers: Mapping[str, WorkerEntry]) -> list[list[str]]:
+    """The map's order of preference among a task's owners: ready ones, then the rest (a
+    lame duck or a starting worker still answers for a task it owns; used only when no owner
+    is ready)."""
+    ready = [w for w in owners if workers[w].state == READY]
+    rest = [w for w in owners if workers[w].state != READY]
+    return [t for t in (ready, rest) if t]
+
+
+def explain(m: RouteMap, task: str | None = None, key: str | None = None,
+            ring: TaskRing | None = None) -> dict[str, Any]:
+    """Where a request for ``task`` (or for ``key``, through the ring) would go by this map,
+    and why. Raises LookupError for a task the map does not hold."""
+    out: dict[str, Any] = {"version": m.version}
+    if key is not None:
+        ring = ring if ring is not None and ring.tasks == m.tasks.keys() else TaskRing(m.tasks)
+        try:
+            task = ring.task_for(key)
+        except LookupError:
+            raise LookupError(f"no tasks in map version {m.version}: key {key!r} has nowhere "
+                              "to go") from None
+        out["key"] = key
+        out["ring"] = f"{len(m.tasks)} tasks x {KEY_VNODES} points"
+    if task is None or task not in m.tasks:
+        raise LookupError(f"no task {task!r} in map version {m.version}")
+    owners = m.tasks[task]
+    out["task"] = task
+    out["owners"] = [
+        {"worker": w, "serve": m.workers[w].serve, "state": m.workers[w].state,
+         "why": "eligible" if m.workers[w].state == READY else
+         f"avoided while any owner is ready: {m.workers[w].state.replace('_', ' ')}"}
+        for w in owners
+    ]
+    order = tiers(owners, m.workers)
+    if not order:
+        out["goes_to"] = []
+        out["verdict"] = "fails: no worker that serves requests runs this task"
+    else:
+        out["goes_to"] = order[0]
+        first = order[0]
+        names = ", ".join(first)
+        if len(first) == 1:
+            out["verdict"] = f"goes to {names}"
+        else:
+            out["verdict"] = f"goes to one of {names}, picked by the client's policy"
+        if m.workers[first[0]].state != READY:
+            out["verdict"] += " (no owner is ready; it still answers for its task)"
+    return out
