@@ -15,9 +15,11 @@ from corral.common.settings import click_options
 
 from . import config as worker_config
 from .events import EXIT_CONFIG
+from .handlers import load_handler
 from .journal import Journal
 from .loop import WorkerLoop
-from .runner import build
+from .runner import CallRunner, Runner, build
+from .serving import Service
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -44,12 +46,21 @@ def run(config_file: str | None, **flags: Any) -> None:
     try:
         cfg = worker_config.load(flags, os.environ, config_file)
         logs.configure(cfg.log_level)  # before the handler is built: its constructor may log
-        runner = build(cfg)
+        runner, service = _build(cfg)
         journal = _open_journal(cfg)
     except ConfigError as exc:
         click.echo(f"corral-worker: configuration error: {exc}", err=True)
         sys.exit(EXIT_CONFIG)
-    sys.exit(WorkerLoop(cfg, runner, journal).run())
+    sys.exit(WorkerLoop(cfg, runner, journal, service=service).run())
+
+
+def _build(cfg: worker_config.WorkerConfig) -> tuple[Runner, Service | None]:
+    """The runner, and with --serve the handler's serving methods (config.load has refused
+    --serve with exec)."""
+    if cfg.serve is None:
+        return build(cfg), None
+    handler = load_handler(cfg.handler)
+    return CallRunner(handler), Service.of(handler)
 
 
 def _open_journal(cfg: worker_config.WorkerConfig) -> Journal | None:

@@ -72,6 +72,10 @@ class WorkerConfig:
     ready_after: float | None = None
     log_level: str = "info"
     backoff: Backoff = field(default_factory=Backoff)
+    # Request serving (docs/routing.md): the endpoint to bind, and the address reported to the
+    # supervisor for clients to connect to. None: the worker serves no requests.
+    serve: str | None = None
+    advertise: str | None = None
 
 
 def _handler_spec(v: Any) -> str | None:
@@ -123,6 +127,12 @@ SETTINGS: tuple[Setting, ...] = (
             "handler's ready() is not yet true [default: wait for ready(); ready at once "
             "without one]"),
     Setting("log_level", "str", "info", "log level", choices=LEVELS, metavar="LEVEL"),
+    Setting("serve", "endpoint", None, "answer requests for the tasks it runs on this endpoint "
+            "(needs a handler with serve(): log or python:module:Class)",
+            metavar="tcp://HOST:PORT"),
+    Setting("advertise", "endpoint", None, "the address clients connect to for --serve "
+            "[default: --serve, a wildcard host replaced by the host name]",
+            metavar="tcp://HOST:PORT"),
 )
 
 
@@ -147,6 +157,11 @@ def load(
             raise ConfigError(required, f"missing: give {flag} (or CORRAL_{required.upper()})")
     if (v["handler"] == "exec") != (v["exec"] is not None):
         raise ConfigError("exec", "--exec is required with --handler exec, and only with it")
+    if v["serve"] is not None and v["handler"] == "exec":
+        raise ConfigError("serve", "--serve needs a handler with serve(): log or "
+                                   "python:module:Class, not exec")
+    if v["advertise"] is not None and v["serve"] is None:
+        raise ConfigError("advertise", "--advertise is only meaningful with --serve")
     return WorkerConfig(
         supervisor=v["supervisor"],
         worker_id=v["id"] if v["id"] is not None else default_worker_id(),
@@ -160,7 +175,24 @@ def load(
         stop_grace=v["stop_grace"],
         ready_after=v["ready_after"],
         log_level=v["log_level"],
+        serve=v["serve"],
+        advertise=v["advertise"] or advertised(v["serve"]),
     )
+
+
+def advertised(endpoint: str | None) -> str | None:
+    """What clients should connect to for a bound ``endpoint``: a wildcard host is replaced
+    by this host's name.
+
+    >>> advertised("tcp://127.0.0.1:7770"), advertised(None)
+    ('tcp://127.0.0.1:7770', None)
+    """
+    if endpoint is None or not endpoint.startswith("tcp://"):
+        return endpoint
+    host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+    if host in ("*", "0.0.0.0", "[::]", "::"):
+        host = socket.gethostname() or "localhost"
+    return f"tcp://{host}:{port}"
 
 
 def default_worker_id() -> str:

@@ -14,6 +14,11 @@ background work and return; do not run the task inline). An exception from ``sta
 a failure of that task: it is reported and retried with backoff. An exception from ``stop`` is
 logged and the task is taken as stopped. Neither ever stops the agent.
 
+A worker started with ``--serve`` also answers requests (docs/routing.md); its handler then
+needs ``serve(task, request) -> reply`` (`Serving`), and may have ``abandon(task, request,
+reply)`` to drop or roll back work whose reply was withheld because the worker lost the task
+while serving it. ``log`` echoes each request back.
+
 The built-in handlers are ``log`` (`LogHandler`: logs, and with ``--journal`` leaves a record)
 and ``exec`` (`corral.worker.process.ExecRunner`: one process group per task).
 """
@@ -42,8 +47,24 @@ class Prewarmed(Handler, Protocol):
     def ready(self) -> bool: ...
 
 
+class Serving(Handler, Protocol):
+    """A handler that answers requests (``--serve``). ``serve`` runs on the agent's thread,
+    one request at a time, only while the worker owns ``task`` (None: a request for any worker,
+    ``call_any``); what it returns is the reply body (any msgpack value), what it raises is
+    sent back as an error. Keep it short: the agent does nothing else meanwhile."""
+
+    def serve(self, task: str | None, request: Any) -> Any: ...
+
+
+class Abandoning(Serving, Protocol):
+    """Optional: the worker lost ``task`` while ``serve`` ran, so ``reply`` is not sent (the
+    client gets ``not_owner`` and retries elsewhere): drop or roll back what it did."""
+
+    def abandon(self, task: str, request: Any, reply: Any) -> None: ...
+
+
 class LogHandler:
-    """Runs nothing: logs each start and stop. For demos and tests (with ``--journal``)."""
+    """Runs nothing: logs each start and stop, echoes each request. For demos and tests."""
 
     def __init__(self) -> None:
         self._log = logs.get("task")
@@ -53,6 +74,15 @@ class LogHandler:
 
     def stop(self, task: str) -> None:
         self._log.info("task stopped", task=task)
+
+    def serve(self, task: str | None, request: Any) -> Any:
+        return request
+
+
+def load_handler(spec: str) -> Handler:
+    """The handler object for ``log`` or ``python:module:Class`` (not ``exec``, which is a
+    runner of processes, see `corral.worker.runner.build`)."""
+    return LogHandler() if spec == "log" else load_python_handler(spec)
 
 
 def load_python_handler(spec: str) -> Handler:

@@ -3,7 +3,9 @@
 Each turn: wait in one `zmq.Poller` (the DEALER and the read end of a self-pipe) until the
 next deadline — report, lease expiry, drain timeout, restart backoff, ready-after, a pending
 SIGKILL — then turn what happened into events, in this order: signals, messages (drained with
-NOBLOCK), ended tasks, readiness, and finally one `Tick`. Only this loop reads the clock.
+NOBLOCK), ended tasks, readiness, and finally one `Tick`. Only this loop reads the clock. With
+``--serve`` the poller also holds the serving socket (`serving.Server`); requests are answered
+last in a turn, so their ownership checks see every instruction that arrived with them.
 
 Signal handlers only enqueue the signal number; ``signal.set_wakeup_fd`` writes it to the
 self-pipe as well, so the poll wakes at once (SIGCHLD included: a crashed task is seen
@@ -28,12 +30,14 @@ from typing import Any
 import zmq
 
 from corral.common import logs
+from corral.common.errors import ConfigError
 
 from . import events as ev
 from .channel import Channel, routing_id
 from .config import WorkerConfig
 from .journal import Journal
 from .runner import Runner, TaskExecutor
+from .serving import Server, Service
 from .state import Phase, WorkerMachine
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -51,9 +55,12 @@ class WorkerLoop:
         *,
         incarnation: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        service: Service | None = None,
     ) -> None:
         self._cfg = cfg
         self._runner = runner
+        self._service = service
+        self._server: Server | None = None
         self.incarnation = incarnation if incarnation else (secrets.randbits(63) or 1)
         self._clock = clock
         self._log = logs.get("worker", worker=cfg.worker_id)
@@ -86,6 +93,9 @@ class WorkerLoop:
                 while self._exit_code is None:
                     self._step(channel)
                 code = self._exit_code
+        except ConfigError as exc:  # e.g. the --serve endpoint cannot be bound
+            code = ev.EXIT_CONFIG
+            self._log.error("configuration error", error=str(exc))
         except Exception:  # the stack has unwound: every task is stopped, sockets closed
             code = ev.EXIT_ERROR
             self._log.exception("unexpected error")
@@ -93,7 +103,8 @@ class WorkerLoop:
         return code
 
     def counters(self) -> dict[str, int]:
-        return {**self._machine.counters, **self._channel_counters,
+        serving = self._server.counters if self._server is not None else {}
+        return {**self._machine.counters, **self._channel_counters, **serving,
                 "handler_errors": self._executor.handler_errors}
 
     # -- set-up and tear-down ------------------------------------------------------------------
@@ -110,13 +121,20 @@ class WorkerLoop:
         self._poller.register(channel.socket, zmq.POLLIN)
         self._poller.register(self._wake_r.fileno(), zmq.POLLIN)
         self._install_signals(stack)
+        if self._cfg.serve is not None:
+            if self._service is None:
+                raise ConfigError("serve", "--serve needs a handler with serve()")
+            self._server = Server(ctx, self._cfg.serve, self._cfg.advertise, self._service,
+                                  self._machine, self._clock)
+            stack.callback(self._server.close)  # after the tasks stopped: not_owner to all
+            self._poller.register(self._server.socket, zmq.POLLIN)
         # Unwound first: whatever the reason for leaving, no task outlives the agent.
         stack.callback(lambda: self._executor.close(self._clock()))
         self._log.info(
             "worker started", incarnation=format(self.incarnation, "x"),
             routing_id=routing_id(self._cfg.worker_id, self.incarnation).decode(errors="replace"),
             supervisor=self._cfg.supervisor, handler=self._cfg.handler,
-            state=self._machine.phase.value,
+            state=self._machine.phase.value, serve=self._cfg.advertise,
         )
         return channel
 
@@ -153,6 +171,8 @@ class WorkerLoop:
             if self._executor.ready():
                 self._dispatch(ev.HandlerReady(), now, channel)
         self._dispatch(ev.Tick(), now, channel)
+        if self._server is not None and self._server.socket in ready:
+            self._server.drain()
 
     def _checks_ready(self) -> bool:
         return self._machine.phase is Phase.STARTING and self._runner.has_ready
@@ -186,7 +206,7 @@ class WorkerLoop:
             case ev.StopTask(task):
                 return self._executor.stop(task, now)
             case ev.SendStatus(status):
-                channel.send(status)
+                channel.send(status if self._server is None else self._server.annotate(status))
             case ev.Log(level, event, fields):
                 log: Any = getattr(self._log, level)
                 log(event, **fields)

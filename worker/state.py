@@ -111,6 +111,20 @@ class WorkerMachine:
     def task_states(self) -> dict[str, TaskState]:
         return {t: rec.state for t, rec in self._tasks.items()}
 
+    @property
+    def applied(self) -> tuple[int, int]:
+        """``(epoch, seq)`` of the last instruction set applied: the assignment it holds."""
+        return self._applied
+
+    def owns(self, task: str, now: float) -> bool:
+        """Whether a request for ``task`` may be answered at ``now`` (request serving checks
+        this before and after the handler): the task runs here, under a lease that holds at
+        ``now`` — or without one under ``on_lease_loss=keep``, which chose availability."""
+        rec = self._tasks.get(task)
+        return rec is not None and rec.state is TaskState.RUNNING and (
+            (self._lease_held and now < self._lease_expires)
+            or self._cfg.on_lease_loss is LeaseLoss.KEEP)
+
     def next_deadline(self) -> float:
         """The earliest time at which a Tick has something to do (0.0: at once)."""
         if self._dirty:  # a change made after the last Tick (e.g. a failed restart)

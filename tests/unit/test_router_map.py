@@ -45,7 +45,7 @@ def test_parse_and_back() -> None:
     {**RESULT, "tasks": {"a": "w1"}},
 ])
 def test_a_bad_map_is_one_protocol_error(bad: Any) -> None:
-    with pytest.raises(ProtocolError, match="^map: "):
+    with pytest.raises(ProtocolError, match=r"^map: "):
         parse(bad)
 
 
