@@ -11,6 +11,9 @@ from typing import Any
 
 import click
 
+from corral.common import routemap
+from corral.common.errors import ProtocolError
+
 from .client import DEFAULT_CONTROL, ControlFailed, Unreachable, request
 from .verbs import VERBS, Verb
 
@@ -73,9 +76,29 @@ def _fmt_assignments(r: dict[str, Any]) -> str:
     return out
 
 
+def _fmt_map(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "up to date"
+    rows = [[t, ", ".join(ws) or "-"] for t, ws in sorted(r["tasks"].items())]
+    workers = [[w, e["state"], e["serve"]] for w, e in sorted(r["workers"].items())]
+    return (f"version {r['version']}\n" + _table(rows, ["TASK", "SERVED BY"]) + "\n\n"
+            + _table(workers, ["WORKER", "STATE", "SERVE"]))
+
+
+def _fmt_route(r: dict[str, Any]) -> str:
+    head = f"map version {r['version']}\n"
+    if "key" in r:
+        head += f"key {r['key']} -> task {r['task']} (hash ring of {r['ring']})\n"
+    else:
+        head += f"task {r['task']}\n"
+    rows = [[o["worker"], o["state"], o["serve"], o["why"]] for o in r["owners"]]
+    table = _table(rows, ["OWNER", "STATE", "SERVE", "WHY"]) + "\n" if rows else ""
+    return head + table + str(r["verdict"])
+
+
 FORMATS: dict[str, Callable[[Any], str]] = {
     "status": _fmt_status, "counters": _fmt_status, "workers": _fmt_workers, "tasks": _fmt_tasks,
-    "assignments": _fmt_assignments,
+    "assignments": _fmt_assignments, "map": _fmt_map,
 }
 
 
@@ -96,6 +119,9 @@ def _make_command(verb: Verb) -> click.Command:
             params.append(click.Argument([a.name], required=a.required))
         elif a.kind is bool:
             params.append(click.Option([f"--{a.name}"], is_flag=True, help=a.help))
+        elif a.kind is int:
+            params.append(click.Option([f"--{a.name.replace('_', '-')}", a.name], type=int,
+                                       help=a.help))
         else:
             params.append(click.Option([f"--{a.name}"], help=a.help))
     return click.Command(verb.name, callback=callback, params=params, help=verb.help + ".")
@@ -103,6 +129,28 @@ def _make_command(verb: Verb) -> click.Command:
 
 for _verb in VERBS.values():
     main.add_command(_make_command(_verb))
+
+
+@main.command()
+@click.argument("task", required=False)
+@click.option("--key", help="a request key: the task is the key's on the hash ring of tasks")
+@click.pass_context
+def route(ctx: click.Context, task: str | None, key: str | None) -> None:
+    """Where a request for TASK (or for --key KEY) would go, and why, by the current map.
+
+    A client also avoids owners it has found refusing or at its flow-control limit, which
+    only it knows."""
+    if (task is None) == (key is None):
+        raise click.UsageError("give a TASK or --key KEY (one of them)")
+    try:
+        result = routemap.explain(routemap.parse(_call(ctx, "map", {})), task=task, key=key)
+    except (LookupError, ProtocolError) as exc:
+        click.echo(f"corralctl: {exc.args[0] if exc.args else exc}", err=True)
+        sys.exit(1)
+    if ctx.obj["output"] == "json":
+        click.echo(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        click.echo(_fmt_route(result))
 
 
 @main.command()

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Arg:
     name: str
-    kind: type  # str or bool
+    kind: type  # str, bool or int
     help: str
     positional: bool = False
     required: bool = False
@@ -74,6 +74,10 @@ VERBS: dict[str, Verb] = {
                    Arg("pending", bool, "only tasks short of replicas"))),
         Verb("assignments", "task -> workers, with the assignment version",
              _view(lambda c, a, now: views.assignments(c))),
+        Verb("map", "the request-routing map: task -> serving owners, worker -> serve address "
+             "and state (nothing when --if-newer-than is current)",
+             _view(lambda c, a, now: views.route_map(c, a.get("if_newer_than"))),
+             args=(Arg("if_newer_than", int, "the map version the caller holds"),)),
         Verb("counters", "the supervisor's counters (what --metrics exports)",
              _view(lambda c, a, now: c.counters.as_dict())),
         Verb("drain", "move a worker's tasks elsewhere (make-before-break); it takes no new ones",
@@ -107,8 +111,10 @@ def _check_args(verb: Verb, args: dict[str, Any]) -> dict[str, Any]:
             if a.required:
                 raise ValueError(f"{verb.name}: {a.name} is required")
             continue
-        if not isinstance(v, a.kind) or (a.kind is str and not v):
-            raise ValueError(f"{verb.name}: {a.name} must be a {a.kind.__name__}")
+        if (not isinstance(v, a.kind) or (a.kind is str and not v)
+                or (a.kind is int and isinstance(v, bool))):
+            kind = "an integer" if a.kind is int else f"a {a.kind.__name__}"
+            raise ValueError(f"{verb.name}: {a.name} must be {kind}")
     return args
 
 

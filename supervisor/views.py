@@ -4,12 +4,17 @@ The JSON shapes are a contract for scripts (keep these keys; add freely):
 ``status`` → {phase, epoch, workers_active, workers_total, tasks_assigned, tasks_pending,
 tasks_failing, …}; ``workers`` → {workers: [{id, state, active, max_load, running, utilization,
 last_report_age_s, …}]}; ``assignments`` → {version, assignments: {task: [worker, …]},
-pending: [task, …]}; ``tasks`` → {tasks: [{task, cost, owners, missing, failing_on}]}.
+pending: [task, …]}; ``tasks`` → {tasks: [{task, cost, owners, missing, failing_on}]};
+``map`` → {version, epoch, workers: {id: {serve, state}}, tasks: {task: [worker, …]}} or nil
+(see `corral.common.routemap`).
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
+
+from corral.common.routemap import MapVersions, WorkerEntry
 
 if TYPE_CHECKING:
     from .core import SupervisorCore
@@ -99,3 +104,52 @@ def assignments(core: SupervisorCore) -> dict[str, Any]:
         "assignments": {t: list(p.owners(t)) for t in sorted(p.tasks)},
         "pending": sorted(p.pending()),
     }
+
+
+# The routing map's version counter, per core (weakly: a core that goes away takes it along).
+_MAPS: weakref.WeakKeyDictionary[SupervisorCore, MapVersions] = weakref.WeakKeyDictionary()
+
+
+def route_map(core: SupervisorCore, if_newer_than: int | None = None) -> dict[str, Any] | None:
+    """The request-routing map, or None when ``if_newer_than`` is already its version.
+
+    Rebuilt only when something it is made of may have changed: the placement's version, a
+    worker's reported content (its status object is replaced only then), a worker turning
+    inactive, a hand-off starting or ending. O(workers) to check, O(tasks) to rebuild.
+    """
+    versions = _MAPS.get(core)
+    if versions is None or versions.epoch != core.epoch:  # warm-up may raise the epoch
+        versions = _MAPS[core] = MapVersions(core.epoch)
+    signature = (
+        core.placement.version,
+        len(core.handoffs),
+        tuple((r.id, r.incarnation, r.status.seq, r.active) for r in core.workers.values()),
+    )
+    current = versions.current(signature, lambda: _routing(core))
+    if if_newer_than is not None and current.version <= if_newer_than:
+        return None
+    return versions.result()
+
+
+def _routing(core: SupervisorCore) -> tuple[dict[str, tuple[str, ...]], dict[str, WorkerEntry]]:
+    """Task -> the workers that serve it; worker -> where and in what state it serves.
+
+    A task's owners are the workers the placement gives it, plus the old owner while a
+    make-before-break hand-off is in flight — each only once it reports the task running, so
+    a request never goes to a worker that has not started it yet (it would say not_owner)."""
+    workers: dict[str, WorkerEntry] = {}
+    running: dict[str, dict[str, int]] = {}
+    for rec in core.workers.values():
+        st = rec.status
+        if rec.active and st.serve:
+            workers[rec.id] = WorkerEntry(st.serve, st.state.value)
+            running[rec.id] = st.running
+    p, handoffs = core.placement, core.handoffs
+    tasks: dict[str, tuple[str, ...]] = {}
+    for task in p.tasks:
+        owners = p.owners(task)
+        old = handoffs.old_owner(task) if handoffs.tasks else None
+        if old is not None and old not in owners:
+            owners = [*owners, old]
+        tasks[task] = tuple(w for w in owners if w in running and task in running[w])
+    return tasks, workers
