@@ -64,6 +64,13 @@ SETTINGS: tuple[Setting, ...] = (
             metavar="FILE"),
     Setting("authorized_keys", "str", "", "CurveZMQ: directory of the workers' NAME.key files; "
             "a worker may report only as NAME", metavar="DIR"),
+    Setting("ha", "str", "", "high availability: etcd://HOST:PORT[,HOST:PORT…]; the elected "
+            "leader acts, standbys keep their view warm", metavar="ETCD"),
+    Setting("ha_key", "str", "/corral/leader", "HA: the etcd key that names the leader"),
+    Setting("ha_ttl", "seconds", 3.0, "HA: the leader's etcd lease; a standby takes over about "
+            "this long after the leader stops", at_least(2)),
+    Setting("name", "str", "", "this supervisor's name in corralctl status and etcd "
+            "[default: HOST:PORT of --bind]"),
     Setting("log_level", "str", "info", "log level", choices=LEVELS),
     Setting("log_json", "bool", None, "JSON log lines (default: when stderr is not a terminal)"),
 )
@@ -96,6 +103,10 @@ class SupervisorConfig:
     forget_after: float = 3600.0
     curve_secret_key: str = ""
     authorized_keys: str = ""
+    ha: str = ""
+    ha_key: str = "/corral/leader"
+    ha_ttl: float = 3.0
+    name: str = ""
     log_level: str = "info"
     log_json: bool | None = None
 
@@ -120,6 +131,13 @@ def load(
         raise ConfigError("tasks", "a task source is required (--tasks SOURCE)")
     if values["renew_interval"] and values["renew_interval"] >= values["lease"]:
         raise ConfigError("renew_interval", "must be shorter than the lease")
+    if values["ha"]:
+        from .ha import parse_endpoints
+
+        parse_endpoints(values["ha"])
+        if values["lease"] <= values["ha_ttl"] + values["tick"]:
+            raise ConfigError("lease", "with --ha it must be longer than --ha-ttl + --tick, so "
+                                       "a failover ends before any worker's lease does")
     if bool(values["curve_secret_key"]) != bool(values["authorized_keys"]):
         raise ConfigError("curve_secret_key", "--curve-secret-key and --authorized-keys go "
                                               "together")

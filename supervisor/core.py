@@ -16,7 +16,6 @@ from typing import Any
 from corral.common.placement import Mode
 from corral.common.protocol import REFUSE_DUPLICATE_ID, Refusal, Status, WorkerState
 
-from .assignment import Assigner
 from .config import SupervisorConfig
 from .events import (
     _NONE,
@@ -29,14 +28,16 @@ from .events import (
     Fetch,
     PersistEpoch,
     Report,
+    RoleChanged,
     Send,
     Stop,
     TasksFetched,
 )
+from .leadership import Leadership
 from .records import Phase, WorkerRecord
 
 
-class SupervisorCore(Assigner):
+class SupervisorCore(Leadership):
     """Events in, actions out. The state it shares with `Assigner` is set up there."""
 
     def __init__(
@@ -44,15 +45,21 @@ class SupervisorCore(Assigner):
     ) -> None:
         super().__init__(config, epoch, now, log)
         self.wheel.schedule_timeout(WARMUP, now + config.warmup)
+        if config.ha:
+            self.leader, self.epoch = False, 0  # until the election says otherwise
 
     # -- entry points ---------------------------------------------------------------------------
 
-    def handle(self, event: Report | TasksFetched | Command, now: float) -> list[Action]:
+    def handle(
+        self, event: Report | TasksFetched | Command | RoleChanged, now: float
+    ) -> list[Action]:
         if type(event) is Report:
             self.counters.reports += 1
             return self.on_report(event.identity, event.status, now)
         if type(event) is TasksFetched:
             self._on_tasks(event, now)
+        elif type(event) is RoleChanged:
+            self._on_role(event.role, now)
         elif type(event) is Command:
             self._on_command(event, now)
         else:
@@ -172,6 +179,7 @@ class SupervisorCore(Assigner):
             return
         rec = WorkerRecord(st, identity, now)
         rec.resend_wait = self.config.report_interval
+        self._number_on(rec, st)
         self.workers[rec.id] = rec
         self.active_workers += 1
         self.wheel.schedule_timeout(rec.id, now + self._silence)
@@ -220,6 +228,7 @@ class SupervisorCore(Assigner):
             self.log.info("worker restarted", worker=rec.id, incarnation=f"{inc:x}")
         rec.new_incarnation(st, identity)
         rec.resend_wait = self.config.report_interval
+        self._number_on(rec, st)
         rec.last_received = now
         self.wheel.schedule_timeout(rec.id, now + self._silence)
         if not rec.active:
@@ -232,6 +241,13 @@ class SupervisorCore(Assigner):
         else:
             self._send(rec, now)
 
+    def _number_on(self, rec: WorkerRecord, st: Status) -> None:
+        """A worker process that already applied sets of this epoch (the live one of two
+        sharing an id, taken back after the newcomer was refused; or one forgotten and back)
+        drops any set numbered at or below what it applied: go on from there."""
+        if st.applied[0] == self.epoch:
+            rec.out_seq = max(rec.out_seq, st.applied[1])
+
     def _refuse(self, identity: bytes, incarnation: int, reason: str) -> None:
         self._out.append(Send(identity, Refusal(self.epoch, incarnation, REFUSE_DUPLICATE_ID,
                                                 reason)))
@@ -240,7 +256,7 @@ class SupervisorCore(Assigner):
         """Before this supervisor has said anything of substance, it takes an epoch above any
         a worker has seen — a lost state file must not make workers ignore it."""
         seen = max(st.applied[0], max(st.running.values(), default=0))
-        if seen < self.epoch:
+        if seen < self.epoch or self.config.ha:  # with HA the epoch is etcd's fencing token
             return
         if self._content_sent:
             self.counters.foreign_epochs += 1
@@ -330,7 +346,8 @@ class SupervisorCore(Assigner):
     # -- lifecycle and commands ----------------------------------------------------------------
 
     def _end_warmup(self, now: float) -> None:
-        if self.phase is not Phase.WARMUP:
+        self.warm = True
+        if self.phase is not Phase.WARMUP or not self.leader:
             return
         self.phase = Phase.QUERYING
         self.wheel.cancel(WARMUP)

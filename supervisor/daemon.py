@@ -36,7 +36,8 @@ from corral.common.protocol import (
 from . import curve, epochs, metrics, verbs
 from .config import SupervisorConfig
 from .core import SupervisorCore
-from .events import Action, Fetch, PersistEpoch, Send, Stop
+from .events import Action, Fetch, PersistEpoch, RoleChanged, Send, Stop
+from .ha import Election, Role, parse_endpoints
 from .sources import Fetcher, TaskSource
 
 # pyzmq's flags and options are Enum members and its multipart helpers convert them on every
@@ -65,6 +66,7 @@ class Daemon:
         self.log = log if log is not None else logs.get("supervisor")
         self.source = TaskSource.parse(config.tasks)
         self._signals: deque[int] = deque()
+        self._roles: deque[Role] = deque()
         self._stopping = False
 
     # -- set-up and tear-down ------------------------------------------------------------------
@@ -72,7 +74,9 @@ class Daemon:
     def run(self) -> int:
         """Run until asked to stop; returns the exit status."""
         epoch_path = self.config.epoch_path()
-        epoch = epochs.next_epoch(epoch_path)
+        # With HA the epoch is the election's fencing token; the state file is for one supervisor.
+        epoch = 0 if self.config.ha else epochs.next_epoch(epoch_path)
+        self.election: Election | None = None
         ctx = zmq.Context()
         sockets: list[zmq.Socket[Any]] = []
         wake_r, wake_w = socket.socketpair()
@@ -100,12 +104,16 @@ class Daemon:
                                    lambda: _poke(wake_w))
             self.collector = metrics.serve(self.core, self.config.metrics) \
                 if self.config.metrics else None
+            if self.config.ha:
+                self.election = self._elect(wake_w)
             self.log.info("supervisor listening", bind=self.config.bind,
                           control=self.config.control, epoch=epoch, tasks=str(self.source),
                           warmup_s=self.config.warmup, lease_s=self.config.lease,
                           metrics=self.config.metrics or None)
             self._loop(wake_r)
         finally:
+            if self.election is not None:
+                self.election.stop()  # a leader gives the key up, so a standby takes over now
             for signum, handler in old_handlers.items():
                 signal.signal(signum, handler)
             if old_wakeup != -1 or old_handlers:
@@ -135,6 +143,19 @@ class Daemon:
         except zmq.ZMQError as exc:
             raise BindError(f"cannot bind {endpoint}: {exc.strerror}") from None
 
+    def _elect(self, wake: socket.socket) -> Election:
+        name = self.config.name or self.config.bind.rsplit("/", 1)[-1]
+        info = {"name": name, "bind": self.config.bind, "control": self.config.control}
+
+        def notify(role: Role) -> None:  # on the election's thread: only enqueue and wake
+            self._roles.append(role)
+            _poke(wake)
+
+        election = Election(parse_endpoints(self.config.ha), self.config.ha_key,
+                            self.config.ha_ttl, info, notify, self.log)
+        election.start()
+        return election
+
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._signals.append(signum)  # only enqueue; the loop does the work
 
@@ -152,7 +173,8 @@ class Daemon:
         while not self._stopping:
             now = time.monotonic()
             deadline = core.next_deadline()
-            wait = min(deadline if deadline is not None else now + 1.0, next_snapshot) - now
+            wait = min(deadline if deadline is not None else now + 1.0, next_snapshot,
+                       core.leader_until) - now
             ready = dict(poller.poll(max(0, int(wait * 1000) + 1)))
             now = time.monotonic()
             handled = self._drain_workers(now) if router in ready else 0
@@ -165,6 +187,13 @@ class Daemon:
             while self._signals:
                 verb, args = verbs.SIGNALS[self._signals.popleft()]
                 self._execute(verbs.call(core, verb, dict(args), now)[2])
+            while self._roles:
+                self._timed(core.handle, RoleChanged(self._roles.popleft()), now)
+            if core.leader and now >= core.leader_until:
+                # The election thread may be stuck in a request: the deadline is enforced here,
+                # so a leader stops acting before etcd can give the key to anyone else.
+                expired = Role(False, error="the leader's etcd deadline passed")
+                self._timed(core.handle, RoleChanged(expired), now)
             while self.fetcher.results:
                 self._timed(core.handle, self.fetcher.results.popleft(), now)
             self._timed(core.expire, now)
@@ -268,8 +297,11 @@ class Daemon:
     def _execute(self, actions: list[Action]) -> None:
         counters = self.core.counters
         send, encode = self.router.send, codec.encode
+        leader = self.core.leader
         for a in actions:
             if type(a) is Send:
+                if not leader:
+                    continue  # a standby (or a deposed leader) says nothing to workers
                 try:
                     # With ROUTER_MANDATORY the first frame decides: unknown peer or full
                     # queue raise here, before anything is queued.

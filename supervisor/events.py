@@ -9,6 +9,8 @@ from typing import Any, NamedTuple
 
 from corral.common.protocol import Instructions, Refusal, Status
 
+from .ha import Role
+
 # -- events ------------------------------------------------------------------------------------
 
 
@@ -21,6 +23,12 @@ class TasksFetched(NamedTuple):
     tasks: dict[str, float] | None  # None when the query failed
     error: str | None
     reset: bool
+
+
+class RoleChanged(NamedTuple):
+    """HA: the election's latest decision (see ha.Role)."""
+
+    role: Role
 
 
 class Command(NamedTuple):

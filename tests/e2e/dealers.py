@@ -31,8 +31,11 @@ class FakeWorker:
     refused: str | None = None
     seq: int = 0
     received: int = 0
-    sock: Any = None
+    socks: list[Any] = field(default_factory=list)
     next_report: float = 0.0
+    applied_from: list[tuple[float, str, int]] = field(default_factory=list)  # (t, endpoint, epoch)
+    lapses: int = 0
+    changes: int = 0  # tasks started or stopped after the first placement
 
     @property
     def identity(self) -> bytes:
@@ -54,8 +57,12 @@ class FakeWorker:
         self.applied = (msg.epoch, msg.seq)
         self.lease_until = max(self.lease_until, msg.answers_sent_at + msg.lease)
         if msg.reset:
+            if self.running and set(self.running) != set(msg.add):
+                self.changes += len(set(self.running) ^ set(msg.add))
             self.running = {t: msg.epoch for t in msg.add}
         else:
+            if self.running:
+                self.changes += len(msg.remove) + len(set(msg.add) - set(self.running))
             for t in msg.remove:
                 self.running.pop(t, None)
             for t in msg.add:
@@ -64,8 +71,10 @@ class FakeWorker:
 
 
 class Fleet:
-    def __init__(self, endpoint: str, interval: float = 0.5) -> None:
-        self.endpoint = endpoint
+    """Fake workers reporting to one supervisor, or to several (HA: one DEALER each)."""
+
+    def __init__(self, endpoint: str | list[str], interval: float = 0.5) -> None:
+        self.endpoints = [endpoint] if isinstance(endpoint, str) else list(endpoint)
         self.interval = interval
         self.workers: list[FakeWorker] = []
         self._pending: list[FakeWorker] = []
@@ -95,17 +104,20 @@ class Fleet:
     def _run(self) -> None:
         ctx = zmq.Context()
         poller = zmq.Poller()
+        owner: dict[Any, tuple[FakeWorker, str]] = {}
         try:
             while not self._stop.is_set():
                 with self._lock:
                     for w in self._pending:
-                        s = ctx.socket(zmq.DEALER)
-                        s.setsockopt(zmq.IDENTITY, w.identity)
-                        s.setsockopt(zmq.LINGER, 0)
-                        s.setsockopt(zmq.IMMEDIATE, 1)
-                        s.connect(self.endpoint)
-                        w.sock = s
-                        poller.register(s, zmq.POLLIN)
+                        for endpoint in self.endpoints:
+                            s = ctx.socket(zmq.DEALER)
+                            s.setsockopt(zmq.IDENTITY, w.identity)
+                            s.setsockopt(zmq.LINGER, 0)
+                            s.setsockopt(zmq.IMMEDIATE, 1)
+                            s.connect(endpoint)
+                            w.socks.append(s)
+                            owner[s] = (w, endpoint)
+                            poller.register(s, zmq.POLLIN)
                         self.workers.append(w)
                     self._pending.clear()
                 now = time.monotonic()
@@ -113,24 +125,31 @@ class Fleet:
                     for w in self.workers:
                         if w.refused is None and now >= w.lease_until and w.running:
                             w.running.clear()  # --on-lease-loss stop
+                            w.lapses += 1
                         if not w.silent and w.refused is None and now >= w.next_report:
                             w.next_report = now + self.interval
-                            with contextlib.suppress(zmq.Again):
-                                w.sock.send(w.status(now), zmq.NOBLOCK)
+                            frame = w.status(now)
+                            for s in w.socks:
+                                with contextlib.suppress(zmq.Again):
+                                    s.send(frame, zmq.NOBLOCK)
                 for sock, _ in poller.poll(20):
                     try:
                         frame = sock.recv(zmq.NOBLOCK)
                     except zmq.Again:
                         continue
                     with self._lock:
-                        w = next(x for x in self.workers if x.sock is sock)
+                        w, endpoint = owner[sock]
                         if w.silent:
                             continue
-                        changed = w.apply(codec.decode(frame))  # type: ignore[arg-type]
+                        msg = codec.decode(frame)
+                        before = w.applied
+                        changed = w.apply(msg)  # type: ignore[arg-type]
+                        if w.applied != before:
+                            w.applied_from.append((time.monotonic(), endpoint, w.applied[0]))
                         if changed:
                             w.next_report = 0.0  # report at once after a change
         finally:
             for w in self.workers:
-                if w.sock is not None:
-                    w.sock.close(linger=0)
+                for s in w.socks:
+                    s.close(linger=0)
             ctx.term()

@@ -1,0 +1,131 @@
+"""Supervisor high availability: real etcd, real supervisors, workers reporting to all of them.
+
+The leader is killed, frozen past its etcd TTL, and etcd itself is stopped; every time a
+leader must (again) send instructions soon enough that no worker's lease lapses, nothing
+moves or restarts, and nothing a deposed leader sends is applied.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ..etcd_server import Etcd
+from .dealers import FakeWorker, Fleet
+from .procs import Procs, Supervisor, wait_until
+
+pytestmark = pytest.mark.e2e
+
+TTL, TICK, LEASE = 2.0, 0.25, 6.0
+
+
+def pair(procs: Procs, etcd: Etcd, tasks: Path) -> list[Supervisor]:
+    opts = {"ha": etcd.endpoint, "ha_ttl": TTL, "warmup": 1, "lease": LEASE, "tick": TICK,
+            "expect_workers": 3}
+    sups = []
+    for name in ("sup-a", "sup-b"):
+        s = Supervisor(procs, f"file:{tasks}", name=name, **opts)
+        s.opts["state_file"] = str(procs.tmp / f"{name}.epoch")
+        sups.append(s)
+    return sups
+
+
+def leader_of(sups: list[Supervisor]) -> Supervisor | None:
+    for s in sups:
+        if s.proc.alive():
+            st = s.ctl("status", check=False)
+            if st.returncode == 0 and '"phase": "running"' in st.stdout:
+                return s
+    return None
+
+
+@pytest.fixture()
+def cluster(procs: Procs, etcd: Etcd) -> Iterator[tuple[list[Supervisor], Fleet]]:
+    tasks = procs.tmp / "tasks.txt"
+    tasks.write_text("".join(f"t{i:02d}\n" for i in range(12)))
+    sups = pair(procs, etcd, tasks)
+    fleet = Fleet([s.endpoint for s in sups], interval=0.25)
+    try:
+        for name in ("w1", "w2", "w3"):
+            fleet.add(FakeWorker(name))
+        wait_until(lambda: len(fleet.owners()) == 12, timeout=30, what="every task running")
+        yield sups, fleet
+    finally:
+        fleet.close()
+
+
+def first_instruction_after(fleet: Fleet, t0: float, endpoint: str) -> float:
+    times = [t for w in fleet.workers for t, ep, _ in w.applied_from if ep == endpoint and t > t0]
+    return min(times) if times else float("inf")
+
+
+def test_kill_9_leader_standby_takes_over_without_moving_anything(
+    cluster: tuple[list[Supervisor], Fleet],
+) -> None:
+    sups, fleet = cluster
+    leader = wait_until(lambda: leader_of(sups), what="a leader")
+    standby = next(s for s in sups if s is not leader)
+    before = fleet.owners()
+    killed = time.monotonic()
+    leader.proc.signal(signal.SIGKILL)
+    leader.proc.wait(5)
+    wait_until(lambda: first_instruction_after(fleet, killed, standby.endpoint) < float("inf"),
+               timeout=TTL + 10, what="instructions from the new leader")
+    took = first_instruction_after(fleet, killed, standby.endpoint) - killed
+    assert took <= TTL + TICK + 1.5, took  # TTL + one tick, plus a report interval of slack
+    time.sleep(1.0)
+    assert fleet.owners() == before  # nothing moved
+    assert all(w.changes == 0 and w.lapses == 0 for w in fleet.workers)
+    assert standby.ctl("status")["epoch"] > 0
+
+
+def test_frozen_leader_is_fenced_off_after_it_wakes(
+    cluster: tuple[list[Supervisor], Fleet],
+) -> None:
+    sups, fleet = cluster
+    leader = wait_until(lambda: leader_of(sups), what="a leader")
+    standby = next(s for s in sups if s is not leader)
+    old_epoch = max(w.applied[0] for w in fleet.workers)
+    leader.proc.signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        wait_until(lambda: first_instruction_after(fleet, stopped, standby.endpoint)
+                   < float("inf"), timeout=TTL + 10, what="the standby leads")
+        new_epoch = max(w.applied[0] for w in fleet.workers)
+        assert new_epoch > old_epoch
+    finally:
+        leader.proc.signal(signal.SIGCONT)
+    resumed = time.monotonic()
+    time.sleep(2.0)  # whatever the old leader still had queued has had time to arrive
+    applied_old = [(t, ep) for w in fleet.workers for t, ep, _ in w.applied_from
+                   if ep == leader.endpoint and t > resumed]
+    assert applied_old == []
+    assert all(w.lapses == 0 for w in fleet.workers)
+    assert "no longer the leader" in leader.proc.output()
+
+
+def test_etcd_down_leader_serves_until_its_lease_then_steps_down_and_comes_back(
+    cluster: tuple[list[Supervisor], Fleet], etcd: Etcd,
+) -> None:
+    sups, fleet = cluster
+    leader = wait_until(lambda: leader_of(sups), what="a leader")
+    etcd.stop()
+    down = time.monotonic()
+    wait_until(lambda: "no longer the leader" in leader.proc.output(), timeout=TTL + 5,
+               what="the leader steps down")
+    stepped = time.monotonic() - down
+    assert stepped <= TTL + 1.0, stepped
+    applied_after = [t for w in fleet.workers for t, ep, _ in w.applied_from
+                     if t > down + TTL + 0.5]
+    assert applied_after == []  # nobody leads without etcd
+    etcd.start()
+    back = time.monotonic()
+    wait_until(lambda: any(t > back for w in fleet.workers for t, _, _ in w.applied_from),
+               timeout=LEASE, what="a leader again")
+    # Workers whose lease lapsed while nobody could lead stopped their tasks (the safe side);
+    # the new leader gives every task out again.
+    wait_until(lambda: len(fleet.owners()) == 12, timeout=LEASE + 10, what="all tasks again")
