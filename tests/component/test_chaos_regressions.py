@@ -32,3 +32,27 @@ def test_a_rebalance_moves_one_replica_of_a_task_at_a_time() -> None:
     owners = h.owners()
     assert all(len(owners[t]) == 2 for t in TASKS)
     assert sorted(len(w.running) for w in h.workers.values()) == [6, 6, 6, 6]
+
+
+def test_the_kept_worker_of_a_duplicate_id_still_applies_what_it_is_sent() -> None:
+    # Found by the bad-input test: a report under a live worker's id with another incarnation
+    # (an impostor, or a second process started with the same id) was taken for a restart;
+    # the live worker's next reports got the newcomer refused and the live one kept — but its
+    # instruction sets were numbered from 1 again, below what it had applied, so it dropped
+    # every one as stale, its lease ran out and it stopped all its tasks.
+    h = Harness(config(replicas=1, lease=4.0))
+    h.source = dict(TASKS)
+    a, b = h.add(ModelWorker("a")), h.add(ModelWorker("b"))
+    h.until(h.running)
+    for _ in range(20):  # a long-lived worker has applied many sets
+        h.step(0.5)
+    mine = dict(a.running)
+    assert mine and a.applied[1] > 5
+    other = h.add(ModelWorker("a", incarnation=99))
+    h.report(other)  # a second process says it is "a"
+    h.workers.pop(other.identity)  # and goes quiet
+    for _ in range(20):
+        h.step(0.5)
+        assert a.running.keys() == mine.keys(), "the live worker lost its tasks"
+    assert h.core.counters.duplicate_ids == 1 and a.lease_until > h.now
+    assert not any(s for s in a.journal if s[1] == "stop")
