@@ -223,7 +223,8 @@ class Harness:
                       "tasks_at_end": len(self.history[-1][1]),
                       "fault_phase_s": round(end - self.origin, 3),
                       "timings": vars(self.tm), "bounds": vars(self.bounds),
-                      "processes": len(f.procs), "workdir": str(f.dir), "notes": self.notes}
+                      "processes": len(f.procs), "workdir": str(f.dir), "notes": self.notes,
+                      "origin": self.origin}
         out["lease_losses"] = f.lease_losses()
         out["supervisor"] = {"status": views["status"], "counters": views["counters"]}
         out["ok"] = not out["violations"] and not out["lost_tasks"]

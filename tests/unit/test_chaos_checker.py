@@ -1,0 +1,146 @@
+"""The chaos harness's journal checker on hand-made journals: it passes what the protocol
+allows and fails what it does not (scripts/chaostools/checker.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from chaostools import checker
+from chaostools.checker import Fault, Process
+from chaostools.schedule import Timings
+
+# lease 3, margin 1, tick .25, report .5 -> failover 5.25; slack 1 -> handoff 3.6, wake 1
+BOUNDS = checker.Bounds.from_timings(Timings(), slack=1.0)
+
+
+def line(t: float, event: str, task: str = "T", worker: str = "a") -> dict[str, Any]:
+    return {"t": t, "event": event, "task": task, "worker": worker}
+
+
+def run(journals: dict[str, list[dict[str, Any]]], *, replicas: int = 1,
+        processes: dict[str, Process] | None = None, faults: list[Fault] | None = None,
+        history: list[tuple[float, list[str]]] | None = None,
+        end: float = 20.0) -> checker.Result:
+    procs = processes or {}
+    for key in journals:
+        procs.setdefault(key, Process(key, key.split("#")[0], 0.0))
+    return checker.check(journals, procs, faults or [], history or [(0.0, ["T"])], replicas,
+                         BOUNDS, 1.0, end)
+
+
+def rules(res: checker.Result) -> list[str]:
+    return [v["rule"] for v in res.violations]
+
+
+def test_a_steady_owner_passes() -> None:
+    res = run({"a#1": [line(0.5, "start")]})
+    assert res.violations == [] and res.lost_tasks == [] and res.max_uncovered_s == 0
+
+
+def test_make_before_break_hand_off_is_counted_not_a_violation() -> None:
+    res = run({"a#1": [line(0.5, "start"), line(5.02, "stop")],
+               "b#1": [line(5.0, "start", worker="b")]})
+    assert res.violations == []
+    assert len(res.handoffs) == 1 and abs(res.handoffs[0] - 0.02) < 1e-6
+    assert res.double_owner_s == 0
+
+
+def test_an_old_owner_that_stops_late_is_a_double_owner() -> None:
+    res = run({"a#1": [line(0.5, "start"), line(9.0, "stop")],
+               "b#1": [line(5.0, "start", worker="b")]})
+    assert rules(res) == ["exclusive"]
+    assert res.violations[0]["window"] == [5.0, 9.0]
+    assert abs(res.double_owner_s - 4.0) < 1e-6
+
+
+def test_two_extra_owners_are_a_violation_even_briefly() -> None:
+    res = run({"a#1": [line(0.5, "start"), line(5.01, "stop")],
+               "b#1": [line(5.0, "start", worker="b")],
+               "c#1": [line(5.0, "start", worker="c"), line(5.01, "stop", worker="c")]})
+    assert rules(res) == ["exclusive"] and "3 owners" in res.violations[0]["detail"]
+
+
+def test_more_owners_than_replicas_at_the_end_is_a_violation() -> None:
+    res = run({"a#1": [line(0.5, "start")], "b#1": [line(19.0, "start", worker="b")]})
+    assert rules(res) == ["exclusive"]
+
+
+def test_a_gap_without_a_fault_is_a_coverage_violation() -> None:
+    res = run({"a#1": [line(0.5, "start"), line(3.0, "stop")],
+               "b#1": [line(5.0, "start", worker="b")]})
+    assert rules(res) == ["coverage"] and res.violations[0]["window"] == [3.0, 5.0]
+    assert abs(res.max_uncovered_s - 2.0) < 1e-6
+
+
+def test_replicas_are_counted() -> None:
+    res = run({"a#1": [line(0.5, "start")], "b#1": [line(0.5, "start", worker="b"),
+                                                    line(8.0, "stop", worker="b")]},
+              replicas=2)
+    assert rules(res) == ["coverage"] and res.lost_tasks == ["T"]
+
+
+def test_a_killed_worker_holds_nothing_and_its_gap_is_excused_within_failover() -> None:
+    procs = {"a#1": Process("a#1", "a", 0.0, ended=3.0)}
+    kill = Fault(0, "kill_worker", "a", 3.0, 3.0)
+    ok = run({"a#1": [line(0.5, "start")], "b#1": [line(8.0, "start", worker="b")]},
+             processes=dict(procs), faults=[kill])
+    assert ok.violations == [] and ok.recovery[0]["recovery_s"] == 5.0
+    late = run({"a#1": [line(0.5, "start")], "b#1": [line(12.0, "start", worker="b")]},
+               processes=dict(procs), faults=[kill])
+    assert rules(late) == ["coverage"]  # 3 + 5.25 + 1 slack < 12
+    assert late.violations[0]["window"][0] == 3.0 + BOUNDS.failover + BOUNDS.slack
+
+
+def test_a_zombie_that_stops_at_once_on_waking_is_counted_apart() -> None:
+    procs = {"a#1": Process("a#1", "a", 0.0, frozen=((2.0, 9.0),))}
+    stop = Fault(0, "stop_worker", "a", 2.0, 9.0)
+    ok = run({"a#1": [line(0.5, "start"), line(9.01, "stop")],
+              "b#1": [line(7.5, "start", worker="b")]},
+             processes=dict(procs), faults=[stop])
+    assert ok.violations == [] and len(ok.zombies) == 1 and ok.handoffs == []
+    late = run({"a#1": [line(0.5, "start"), line(11.0, "stop")],
+                "b#1": [line(7.5, "start", worker="b")]},
+               processes=dict(procs), faults=[stop])
+    assert rules(late) == ["exclusive"] and "zombie" in late.violations[0]["detail"]
+
+
+def test_frozen_time_is_cut_out_of_spans() -> None:
+    procs = {"a#1": Process("a#1", "a", 0.0, frozen=((2.0, 4.0), (6.0, None)))}
+    spans = checker.build_spans({"a#1": [line(1.0, "start"), line(5.0, "stop"),
+                                         line(5.5, "start", "U")]}, procs)
+    assert [(s.task, s.start, s.end, s.resumed) for s in spans] == [
+        ("T", 1.0, 2.0, False), ("T", 4.0, 5.0, True), ("U", 5.5, 6.0, False)]
+
+
+def test_a_partitioned_old_owner_must_stop_when_its_lease_ends() -> None:
+    cut = Fault(0, "partition", "a", 2.0, 12.0, {"proxy": "up+down"})
+    ok = run({"a#1": [line(0.5, "start"), line(5.0, "stop")],
+              "b#1": [line(7.4, "start", worker="b")]}, faults=[cut])
+    assert ok.violations == []  # stopped at its lease (2 + 3); the gap is in the window
+    late = run({"a#1": [line(0.5, "start"), line(8.0, "stop")],
+                "b#1": [line(7.4, "start", worker="b")]}, faults=[cut])
+    assert rules(late) == ["exclusive"]  # still running past lease + margin
+
+
+def test_a_removed_task_must_stop() -> None:
+    history = [(0.0, ["T", "U"]), (5.0, ["U"])]
+    ok = run({"a#1": [line(0.5, "start"), line(5.5, "stop"), line(0.5, "start", "U")]},
+             history=history)
+    assert ok.violations == []
+    late = run({"a#1": [line(0.5, "start"), line(15.0, "stop"), line(0.5, "start", "U")]},
+               history=history)
+    assert rules(late) == ["removed"]
+
+
+def test_an_added_task_gets_its_window_and_an_unplaced_one_is_lost() -> None:
+    history = [(0.0, ["T"]), (5.0, ["T", "U"])]
+    add = Fault(0, "tasks", None, 5.0, 5.0, {"added": ["U"]})
+    ok = run({"a#1": [line(0.5, "start"), line(6.0, "start", "U")]}, history=history,
+             faults=[add])
+    assert ok.violations == [] and ok.lost_tasks == []
+    lost = run({"a#1": [line(0.5, "start")]}, history=history, faults=[add])
+    assert lost.lost_tasks == ["U"] and rules(lost) == ["coverage"]
