@@ -39,7 +39,7 @@ def fleet() -> tuple[Harness, ServingWorker, ServingWorker, ServingWorker]:
 
 
 def test_the_map_lists_serving_owners_and_moves_its_version_only_with_content() -> None:
-    h, a, b, c = fleet()
+    h, a, _, _ = fleet()
     m = parse(map_of(h))
     assert m.version >> 32 == h.core.epoch
     assert m.workers.keys() == {"a", "b"} and m.workers["a"].serve == "tcp://a:7770"
@@ -56,7 +56,7 @@ def test_the_map_lists_serving_owners_and_moves_its_version_only_with_content() 
 
 
 def test_a_moving_task_keeps_its_old_owner_until_the_new_one_runs_it() -> None:
-    h, a, b, c = fleet()
+    h, _, b, c = fleet()
     mine = sorted(t for t, ws in h.owners().items() if ws == ["a"])
     assert mine
     h.run(verbs.call(h.core, "drain", {"worker": "a"}, h.now)[2])  # make-before-break
@@ -72,7 +72,7 @@ def test_a_moving_task_keeps_its_old_owner_until_the_new_one_runs_it() -> None:
 
 
 def test_a_silent_worker_leaves_the_map() -> None:
-    h, a, b, c = fleet()
+    h, a, _, _ = fleet()
     h.until(lambda: not h.core.workers["a"].active, silent=(a,))
     m = parse(map_of(h))
     assert "a" not in m.workers and all("a" not in ws for ws in m.tasks.values())
