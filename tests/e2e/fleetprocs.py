@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .procs import BIN, Proc, Procs, Supervisor
@@ -18,9 +17,10 @@ FAST = ["--report-interval", "0.5", "--drain-timeout", "10"]
 
 
 def start_worker(procs: Procs, sup: Supervisor, wid: str, max_load: float = 10,
-                 *extra: str) -> Proc:
+                 *extra: str, endpoint: str | None = None) -> Proc:
     journal = procs.tmp / f"{wid}.journal"
-    return procs.start(wid, [str(BIN / "corral-worker"), "run", "--supervisor", sup.endpoint,
+    return procs.start(wid, [str(BIN / "corral-worker"), "run", "--supervisor",
+                             endpoint or sup.endpoint,
                              "--id", wid, "--max-load", str(max_load), "--handler", "log",
                              "--journal", str(journal), *FAST, *extra],
                        env={"CORRAL_LOG_JSON": "1"})

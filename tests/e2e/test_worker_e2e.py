@@ -6,13 +6,17 @@ Timings are short: lease 3 s, margin 1 s, tick 0.25 s, reports every 0.5 s.
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from .fleetprocs import intervals, running_now, start_worker, uncovered
+from .fleetprocs import intervals, owners_at, running_now, start_worker, uncovered
 from .procs import Procs, Supervisor, wait_until
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from chaostools.proxy import Fault, Proxy
 
 pytestmark = pytest.mark.e2e
 
@@ -111,3 +115,38 @@ def test_supervisor_kill_9_and_restart_changes_nothing(procs: Procs) -> None:
     assert changed == [], changed
     assert running_now(procs, names) == before
     assert sup.ctl("status")["tasks_assigned"] == 20
+
+
+def test_cut_off_worker_stops_its_tasks_before_others_get_them(procs: Procs) -> None:
+    """Worker `a` reaches the supervisor through a proxy that then black-holes both directions:
+    `a` gives its tasks up when its lease lapses, before the supervisor (lease + margin after
+    the last report it received) hands them to `b` and `c`. The journals show no overlap."""
+    sup = supervisor(procs, 18, expect_workers=3, warmup=10)
+    proxy = Proxy(sup.port)
+    try:
+        port = proxy.add_route("a")
+        start_worker(procs, sup, "a", 20, endpoint=f"tcp://127.0.0.1:{port}")
+        for name in ("b", "c"):
+            start_worker(procs, sup, name, 20)
+        names = ["a", "b", "c"]
+        wait_until(lambda: all_running(procs, names, 18), what="18 tasks running")
+        mine = {t for t, ws in running_now(procs, names).items() if ws == ["a"]}
+        assert mine
+        proxy.set_fault("a", Fault(up=True, down=True))
+        cut = time.monotonic()
+        wait_until(lambda: mine <= set(running_now(procs, ["b", "c"])),
+                   timeout=LEASE + MARGIN + 10, what="a's tasks running on b and c")
+        spans = intervals(procs, names)
+        for task in mine:
+            stopped_on_a = max(s.stop for s in spans if s.task == task and s.worker == "a"
+                               and s.stop is not None)
+            started_elsewhere = min(s.start for s in spans if s.task == task
+                                    and s.worker != "a" and s.start >= cut)
+            assert stopped_on_a <= started_elsewhere, (task, stopped_on_a, started_elsewhere)
+            assert stopped_on_a - cut <= LEASE + 0.5  # it gave up on its own, lease after
+        # Never two owners of one task at any instant (before the partition heals).
+        for task in {s.task for s in spans}:
+            events = sorted({s.start for s in spans if s.task == task})
+            assert all(owners_at(spans, task, t) <= 1 for t in events), task
+    finally:
+        proxy.close()
