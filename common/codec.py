@@ -308,6 +308,39 @@ def decode(frame: bytes) -> Message:
     return _build(_SCHEMAS[kind][0], _check_generic(kind, body))  # type: ignore[no-any-return]
 
 
+# The request-routing hot path: a client expects replies, a serving worker requests. One
+# msgspec pass checks the envelope and the body together (about 4x cheaper than `decode`);
+# anything else goes through `decode`, whose error message says exactly what is wrong.
+_ONE_PASS: dict[type[Any], msgspec.msgpack.Decoder[Any]] = {
+    Request: msgspec.msgpack.Decoder(tuple[Literal[1], Literal["request"], _RequestWire],
+                                     ext_hook=_no_ext),
+    Reply: msgspec.msgpack.Decoder(tuple[Literal[1], Literal["reply"], _ReplyWire],
+                                   ext_hook=_no_ext),
+}
+
+
+def _decode_expected(frame: bytes, cls: type[Any]) -> Any:
+    if len(frame) <= MAX_FRAME_BYTES:
+        try:
+            return _build(cls, _asdict(_ONE_PASS[cls].decode(frame)[2]))
+        except Exception:  # any failure: let decode() name it
+            pass
+    msg = decode(frame)
+    if type(msg) is not cls:
+        raise ProtocolError(f"expected a {_KIND_OF[cls]}, got a {_KIND_OF[type(msg)]}")
+    return msg
+
+
+def decode_request(frame: bytes) -> Request:
+    """`decode`, for a frame that should hold a `Request`; `ProtocolError` otherwise."""
+    return _decode_expected(frame, Request)  # type: ignore[no-any-return]
+
+
+def decode_reply(frame: bytes) -> Reply:
+    """`decode`, for a frame that should hold a `Reply`; `ProtocolError` otherwise."""
+    return _decode_expected(frame, Reply)  # type: ignore[no-any-return]
+
+
 def _wire(v: Any) -> Any:
     if isinstance(v, ControlError):
         return {"code": v.code, "message": v.message}
@@ -349,11 +382,17 @@ def _encode_request(m: Request) -> bytes:
         "id": m.id, "task": m.task, "body": m.body}])
 
 
-def _encode_reply(m: Reply) -> bytes:
+def encode_reply(id: int, code: str, body: Any, error: str | None, version: tuple[int, int],
+                 qps: float, utilization: float, errors: float, lame_duck: bool) -> bytes:
+    """``encode(Reply(...))`` without building the Reply: a serving worker's hot path."""
     return _encode_with_body([PROTOCOL_VERSION, "reply", {
-        "id": m.id, "code": m.code, "body": m.body, "error": m.error, "version": m.version,
-        "qps": m.qps, "utilization": m.utilization, "errors": m.errors,
-        "lame_duck": m.lame_duck}])
+        "id": id, "code": code, "body": body, "error": error, "version": version,
+        "qps": qps, "utilization": utilization, "errors": errors, "lame_duck": lame_duck}])
+
+
+def _encode_reply(m: Reply) -> bytes:
+    return encode_reply(m.id, m.code, m.body, m.error, m.version, m.qps, m.utilization,
+                        m.errors, m.lame_duck)
 
 
 # The messages sent at fleet scale, written out (a generic field loop costs 3x more).

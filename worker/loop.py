@@ -61,6 +61,7 @@ class WorkerLoop:
         self._runner = runner
         self._service = service
         self._server: Server | None = None
+        self._deadline: float | None = None  # kept across turns that only served requests
         self.incarnation = incarnation if incarnation else (secrets.randbits(63) or 1)
         self._clock = clock
         self._log = logs.get("worker", worker=cfg.worker_id)
@@ -153,8 +154,19 @@ class WorkerLoop:
     # -- one turn ------------------------------------------------------------------------------
 
     def _step(self, channel: Channel) -> None:
-        ready = dict(self._poller.poll(self._timeout_ms(self._clock())))
+        deadline = self._deadline
+        if deadline is None:
+            deadline = self._next_deadline(self._clock())
+        ready = dict(self._poller.poll(max(0, math.ceil((deadline - self._clock()) * 1000))))
         now = self._clock()
+        server = self._server
+        if server is not None and now < deadline and len(ready) == 1 and server.socket in ready:
+            # Only requests, and nothing is due: answer them and wait again. This is a serving
+            # worker's hot path, and the machine has nothing to do in it.
+            self._deadline = deadline
+            server.drain()
+            return
+        self._deadline = None
         if self._wake_r.fileno() in ready:
             self._drain_wake()
         while self._pending:
@@ -171,20 +183,20 @@ class WorkerLoop:
             if self._executor.ready():
                 self._dispatch(ev.HandlerReady(), now, channel)
         self._dispatch(ev.Tick(), now, channel)
-        if self._server is not None and self._server.socket in ready:
-            self._server.drain()
+        if server is not None and server.socket in ready:
+            server.drain()
 
     def _checks_ready(self) -> bool:
         return self._machine.phase is Phase.STARTING and self._runner.has_ready
 
-    def _timeout_ms(self, now: float) -> int:
+    def _next_deadline(self, now: float) -> float:
         deadline = self._machine.next_deadline()
         runner_deadline = self._runner.next_deadline(now)
         if runner_deadline is not None:
             deadline = min(deadline, runner_deadline)
         if self._checks_ready():
             deadline = min(deadline, self._next_ready_check)
-        return max(0, math.ceil((deadline - now) * 1000))
+        return deadline
 
     def _drain_wake(self) -> None:
         with contextlib.suppress(BlockingIOError):

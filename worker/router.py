@@ -37,10 +37,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
+from zmq import zmq_poll
 
-from corral.common import codec
 from corral.common.backends import BackendEvent, HealthConfig
 from corral.common.balancer import Balancer, BalancerConfig, NoBackendAvailable
+from corral.common.codec import decode_reply, encode
 from corral.common.errors import ProtocolError
 from corral.common.protocol import REPLY_ERROR, REPLY_OK, Reply, Request
 from corral.common.replicas import ReplicaChooser
@@ -60,6 +61,7 @@ from .route_errors import (
 )
 
 NOBLOCK = int(zmq.NOBLOCK)
+POLLIN = int(zmq.POLLIN)
 MAX_SENDS = 3  # picks per attempt: each failed send marks a worker refusing, the next moves on
 
 
@@ -102,8 +104,9 @@ class _Pending:
 
 
 class Router:
-    """See the module docstring. ``counters`` and ``served_by`` (replies per worker) are
-    for tests, benchmarks and metrics; `explain` says where a request would go and why."""
+    """See the module docstring. ``counters``, ``served_by`` (replies per worker) and
+    ``reports`` (each worker's latest load report) are for tests, benchmarks and metrics;
+    `explain` says where a request would go and why."""
 
     def __init__(self, config: RouterConfig, ctx: zmq.Context[Any] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -125,6 +128,7 @@ class Router:
         self._lame: set[str] = set()  # workers whose last word was "lame duck"
         self._ids = itertools.count(1)
         self.served_by: Counter[str] = Counter()
+        self.reports: dict[str, LoadReport] = {}  # each worker's latest load report
         self.counters: dict[str, int] = dict.fromkeys(
             ("calls", "ok", "remote_errors", "timeouts", "not_owner", "retries", "refreshes",
              "refresh_failures", "send_failures", "late_replies", "bad_replies"), 0)
@@ -218,7 +222,7 @@ class Router:
             rid = next(self._ids)
             p = _Pending(rid, worker, self._peers.get(worker, self.map.workers[worker].serve),
                          via_any)
-            if self._peers.send(p.peer, codec.encode(Request(rid, task, body)), deadline):
+            if self._peers.send(p.peer, encode(Request(rid, task, body)), deadline):
                 self._pending[rid] = p
                 return p
             self.counters["send_failures"] += 1
@@ -248,13 +252,22 @@ class Router:
         return worker
 
     def _await(self, p: _Pending, deadline: float) -> Reply:
+        # One frame per wake-up: a trailing NOBLOCK recv that fails costs an exception, more
+        # than another poll; zmq_poll on a plain list, not a Poller built per call.
         sock, clock = p.peer.socket, self._clock
+        items = [(sock, POLLIN)]
         while True:
             left = deadline - clock()
-            if left > 0 and sock.poll(int(left * 1000) + 1, zmq.POLLIN):
-                reply = self._receive(p.peer, p.rid)
+            if left > 0 and zmq_poll(items, int(left * 1000) + 1):
+                try:
+                    frame = sock.recv(NOBLOCK)
+                except zmq.Again:  # woken for nothing
+                    continue
+                reply = self._take(p.peer, frame)
                 if reply is not None:
-                    return reply
+                    if reply.id == p.rid:
+                        return reply
+                    self.counters["late_replies"] += 1  # ended a request that timed out
             elif clock() >= deadline:
                 self.counters["timeouts"] += 1
                 p.forget_at = clock() + self.config.forget_after
@@ -262,38 +275,28 @@ class Router:
                 raise CallTimeout(f"no reply from {p.worker} ({p.peer.address}) within the "
                                   "timeout; the request may still have been served")
 
-    def _receive(self, peer: Peer, want: int) -> Reply | None:
-        """Everything waiting on ``peer``: late replies end their requests too."""
-        found, now, recv = None, self._clock(), peer.socket.recv
-        while True:
-            try:
-                frame = recv(NOBLOCK)
-            except zmq.Again:
-                return found
-            try:
-                reply = codec.decode(frame)
-            except ProtocolError:
-                self.counters["bad_replies"] += 1
-                continue
-            if type(reply) is not Reply:
-                self.counters["bad_replies"] += 1
-                continue
-            p = self._pending.get(reply.id)
-            if p is None or p.peer is not peer:  # forgotten already (or not this worker's)
-                self.counters["late_replies"] += 1
-                continue
-            del self._pending[reply.id]
-            self._finish(p, reply, now)
-            if reply.id == want:
-                found = reply
-            else:
-                self.counters["late_replies"] += 1
+    def _take(self, peer: Peer, frame: bytes) -> Reply | None:
+        """A frame from ``peer``: the reply that ends one of its requests, or None (counted:
+        garbage, or a reply to a request already forgotten)."""
+        try:
+            reply = decode_reply(frame)
+        except ProtocolError:
+            self.counters["bad_replies"] += 1
+            return None
+        p = self._pending.get(reply.id)
+        if p is None or p.peer is not peer:
+            self.counters["late_replies"] += 1
+            return None
+        del self._pending[reply.id]
+        self._finish(p, reply, self._clock())
+        return reply
 
     def _finish(self, p: _Pending, reply: Reply, now: float) -> None:
         report = LoadReport(reply.qps, reply.utilization, reply.errors)
         self._release(p, now, reply.code != REPLY_ERROR, report)
         worker = p.worker
         self.served_by[worker] += 1
+        self.reports[worker] = report
         if reply.lame_duck != (worker in self._lame):
             if reply.lame_duck:
                 self._lame.add(worker)
