@@ -5,9 +5,8 @@ or raises `ProtocolError` with one clear sentence, and never raises anything els
 is checked for type and range, unknown and missing fields are refused, nil is accepted only
 where a field is nullable, and sizes are bounded so a hostile frame cannot make a daemon
 allocate without limit. Worker reports and instruction sets — the messages sent at fleet
-scale — and the request-routing `Request` / `Reply` are parsed and checked by msgspec in C;
-the rest by the Python checks below. A request's or reply's ``body`` belongs to the
-application: any msgpack value except extension types (timestamps excepted) is let through.
+scale — and request routing's `Request` / `Reply` (a ``body`` is the application's: any
+msgpack value but an extension type) are parsed and checked by msgspec in C; the rest below.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import fields
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgpack
 import msgspec
@@ -200,20 +199,22 @@ class _ReplyWire(msgspec.Struct, forbid_unknown_fields=True):
     lame_duck: bool = False
 
 
+class _Extension(Exception):
+    """An extension type in an application's body (raised inside msgspec's parse)."""
+
+
 def _no_ext(code: int, data: memoryview) -> Any:
-    # Raised inside msgspec's parse; decode() turns it into a ProtocolError.
-    raise ValueError(f"msgpack extension type {code} is not allowed")
+    raise _Extension(f"msgpack extension type {code} is not allowed")
 
 
-_STRUCTS: dict[str, type[msgspec.Struct]] = {
-    "status": _StatusWire, "instructions": _InstructionsWire,
-    "request": _RequestWire, "reply": _ReplyWire,
+# kind -> (message class, its msgspec struct, ext_hook: only application bodies need one)
+_STRUCTS: dict[str, tuple[type[Any], type[msgspec.Struct], Any]] = {
+    "status": (Status, _StatusWire, None), "instructions": (Instructions, _InstructionsWire, None),
+    "request": (Request, _RequestWire, _no_ext), "reply": (Reply, _ReplyWire, _no_ext),
 }
 _WIRE: dict[str, tuple[type[Any], msgspec.msgpack.Decoder[Any]]] = {
-    "status": (Status, msgspec.msgpack.Decoder(_StatusWire)),
-    "instructions": (Instructions, msgspec.msgpack.Decoder(_InstructionsWire)),
-    "request": (Request, msgspec.msgpack.Decoder(_RequestWire, ext_hook=_no_ext)),
-    "reply": (Reply, msgspec.msgpack.Decoder(_ReplyWire, ext_hook=_no_ext)),
+    kind: (cls, msgspec.msgpack.Decoder(struct, ext_hook=hook))
+    for kind, (cls, struct, hook) in _STRUCTS.items()
 }
 _ENVELOPE = msgspec.msgpack.Decoder(tuple[int, str, msgspec.Raw])
 _STATES = {s.value: s for s in WorkerState}  # the round-trip tests cover every state
@@ -230,7 +231,7 @@ _FIELDS_OF: dict[type[Any], tuple[str, ...]] = {
 for _kind, (_cls, _specs) in _SCHEMAS.items():
     assert _FIELDS_OF[_cls] == tuple(s[0] for s in _specs), _kind
 for _kind, (_cls, _dec) in _WIRE.items():
-    assert _FIELDS_OF[_cls] == _STRUCTS[_kind].__struct_fields__, _kind
+    assert _FIELDS_OF[_cls] == _STRUCTS[_kind][1].__struct_fields__, _kind
 
 
 def _build(cls: type[Any], values: dict[str, Any]) -> Any:
@@ -289,9 +290,7 @@ def decode(frame: bytes) -> Message:
             if kind == "status":
                 values["state"] = _STATES[values["state"]]
             return _build(wire[0], values)  # type: ignore[no-any-return]
-        except msgspec.ValidationError as exc:
-            raise ProtocolError(f"{kind}: {exc}") from None
-        except ValueError as exc:  # from _no_ext: a body holding an extension type
+        except (msgspec.ValidationError, _Extension) as exc:
             raise ProtocolError(f"{kind}: {exc}") from None
         except Exception as exc:  # DecodeError, UnicodeDecodeError…: all mean "not a frame"
             raise ProtocolError(f"not valid msgpack: {type(exc).__name__}: {exc}") from None
@@ -308,37 +307,30 @@ def decode(frame: bytes) -> Message:
     return _build(_SCHEMAS[kind][0], _check_generic(kind, body))  # type: ignore[no-any-return]
 
 
-# The request-routing hot path: a client expects replies, a serving worker requests. One
-# msgspec pass checks the envelope and the body together (about 4x cheaper than `decode`);
-# anything else goes through `decode`, whose error message says exactly what is wrong.
+# Request routing's hot path: one msgspec pass checks envelope and body together (~2x cheaper
+# than `decode`); anything else goes through `decode`, whose error says what is wrong.
 _ONE_PASS: dict[type[Any], msgspec.msgpack.Decoder[Any]] = {
     Request: msgspec.msgpack.Decoder(tuple[Literal[1], Literal["request"], _RequestWire],
                                      ext_hook=_no_ext),
     Reply: msgspec.msgpack.Decoder(tuple[Literal[1], Literal["reply"], _ReplyWire],
                                    ext_hook=_no_ext),
 }
+_Routed = TypeVar("_Routed", Request, Reply)
 
 
-def _decode_expected(frame: bytes, cls: type[Any]) -> Any:
+def decode_as(frame: bytes, cls: type[_Routed]) -> _Routed:
+    """`decode`, for a frame that should hold a ``cls`` (`Request` or `Reply`);
+    `ProtocolError` for anything else."""
     if len(frame) <= MAX_FRAME_BYTES:
         try:
-            return _build(cls, _asdict(_ONE_PASS[cls].decode(frame)[2]))
+            fast: _Routed = _build(cls, _asdict(_ONE_PASS[cls].decode(frame)[2]))
+            return fast
         except Exception:  # any failure: let decode() name it
             pass
     msg = decode(frame)
     if type(msg) is not cls:
         raise ProtocolError(f"expected a {_KIND_OF[cls]}, got a {_KIND_OF[type(msg)]}")
     return msg
-
-
-def decode_request(frame: bytes) -> Request:
-    """`decode`, for a frame that should hold a `Request`; `ProtocolError` otherwise."""
-    return _decode_expected(frame, Request)  # type: ignore[no-any-return]
-
-
-def decode_reply(frame: bytes) -> Reply:
-    """`decode`, for a frame that should hold a `Reply`; `ProtocolError` otherwise."""
-    return _decode_expected(frame, Reply)  # type: ignore[no-any-return]
 
 
 def _wire(v: Any) -> Any:
@@ -378,21 +370,15 @@ def _encode_with_body(frame: list[Any]) -> bytes:
 
 
 def _encode_request(m: Request) -> bytes:
-    return _encode_with_body([PROTOCOL_VERSION, "request", {
-        "id": m.id, "task": m.task, "body": m.body}])
-
-
-def encode_reply(id: int, code: str, body: Any, error: str | None, version: tuple[int, int],
-                 qps: float, utilization: float, errors: float, lame_duck: bool) -> bytes:
-    """``encode(Reply(...))`` without building the Reply: a serving worker's hot path."""
-    return _encode_with_body([PROTOCOL_VERSION, "reply", {
-        "id": id, "code": code, "body": body, "error": error, "version": version,
-        "qps": qps, "utilization": utilization, "errors": errors, "lame_duck": lame_duck}])
+    return _encode_with_body([PROTOCOL_VERSION, "request", {"id": m.id, "task": m.task,
+                                                            "body": m.body}])
 
 
 def _encode_reply(m: Reply) -> bytes:
-    return encode_reply(m.id, m.code, m.body, m.error, m.version, m.qps, m.utilization,
-                        m.errors, m.lame_duck)
+    return _encode_with_body([PROTOCOL_VERSION, "reply", {
+        "id": m.id, "code": m.code, "body": m.body, "error": m.error, "version": m.version,
+        "qps": m.qps, "utilization": m.utilization, "errors": m.errors,
+        "lame_duck": m.lame_duck}])
 
 
 # The messages sent at fleet scale, written out (a generic field loop costs 3x more).

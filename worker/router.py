@@ -41,7 +41,7 @@ from zmq import zmq_poll
 
 from corral.common.backends import BackendEvent, HealthConfig
 from corral.common.balancer import Balancer, BalancerConfig, NoBackendAvailable
-from corral.common.codec import decode_reply, encode
+from corral.common.codec import decode_as, encode
 from corral.common.errors import ProtocolError
 from corral.common.protocol import REPLY_ERROR, REPLY_OK, Reply, Request
 from corral.common.replicas import ReplicaChooser
@@ -279,7 +279,7 @@ class Router:
         """A frame from ``peer``: the reply that ends one of its requests, or None (counted:
         garbage, or a reply to a request already forgotten)."""
         try:
-            reply = decode_reply(frame)
+            reply = decode_as(frame, Reply)
         except ProtocolError:
             self.counters["bad_replies"] += 1
             return None
@@ -360,6 +360,8 @@ class Router:
         self._balancer.set_backends(workers)
         self._chooser.set_workers(workers)
         self._lame &= workers.keys()
+        for gone in self.reports.keys() - workers.keys():
+            del self.reports[gone]
         for w, e in workers.items():  # the map's state, where it changed: edge-triggered,
             was = old.workers.get(w)  # so a fresher lame-duck flag from a reply is kept
             if was is None or was.state != e.state:

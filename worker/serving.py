@@ -34,7 +34,14 @@ import zmq
 from corral.common import codec
 from corral.common.errors import ConfigError, ProtocolError
 from corral.common.loadmeter import LoadMeter
-from corral.common.protocol import REPLY_ERROR, REPLY_NOT_OWNER, REPLY_OK, Request, Status
+from corral.common.protocol import (
+    REPLY_ERROR,
+    REPLY_NOT_OWNER,
+    REPLY_OK,
+    Reply,
+    Request,
+    Status,
+)
 
 from .state import Phase, WorkerMachine
 
@@ -119,7 +126,7 @@ class Server:
                 counters["bad_requests"] += 1
             else:
                 try:
-                    req = codec.decode_request(frame)
+                    req = codec.decode_as(frame, Request)
                 except ProtocolError:
                     counters["bad_requests"] += 1
                 else:
@@ -163,13 +170,14 @@ class Server:
         m, machine = self.meter, self._machine
         code, body, error = answer
         lame = self._closing or machine.phase is not Phase.READY
+        reply = Reply(rid, code, body, error, machine.applied, m.qps, m.utilization, m.errors,
+                      lame)
         try:
-            frame = codec.encode_reply(rid, code, body, error, machine.applied, m.qps,
-                                       m.utilization, m.errors, lame)
+            frame = codec.encode(reply)
         except TypeError as exc:  # the handler returned something msgpack cannot carry
             self.counters["serve_errors"] += 1
-            frame = codec.encode_reply(rid, REPLY_ERROR, None, f"cannot encode the reply: {exc}",
-                                       machine.applied, m.qps, m.utilization, m.errors, lame)
+            frame = codec.encode(dataclasses.replace(
+                reply, code=REPLY_ERROR, body=None, error=f"cannot encode the reply: {exc}"))
         try:
             self.socket.send(identity, NOBLOCK | SNDMORE)
             self.socket.send(frame, NOBLOCK)
