@@ -190,7 +190,7 @@ class Router:
         avoid: str | None = None
         for attempt in range(2):
             p = self._send(task, body, now, deadline, avoid)
-            reply = self._await(p, deadline)
+            reply = self._await(p, deadline, task, deadline - now)
             if reply.code == REPLY_OK:
                 counters["ok"] += 1
                 return reply.body
@@ -251,7 +251,7 @@ class Router:
                               f"{self.config.max_active} requests in flight from this client")
         return worker
 
-    def _await(self, p: _Pending, deadline: float) -> Reply:
+    def _await(self, p: _Pending, deadline: float, task: str | None, timeout: float) -> Reply:
         # One frame per wake-up: a trailing NOBLOCK recv that fails costs an exception, more
         # than another poll; zmq_poll on a plain list, not a Poller built per call.
         sock, clock = p.peer.socket, self._clock
@@ -272,8 +272,8 @@ class Router:
                 self.counters["timeouts"] += 1
                 p.forget_at = clock() + self.config.forget_after
                 self._abandoned.append(p)  # still in flight: flow control keeps counting it
-                raise CallTimeout(f"no reply from {p.worker} ({p.peer.address}) within the "
-                                  "timeout; the request may still have been served")
+                raise CallTimeout(f"{_what(task)}: no reply from {p.worker} ({p.peer.address}) "
+                                  f"within {timeout:.3g} s; it may still have been served")
 
     def _take(self, peer: Peer, frame: bytes) -> Reply | None:
         """A frame from ``peer``: the reply that ends one of its requests, or None (counted:
