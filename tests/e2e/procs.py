@@ -91,6 +91,17 @@ class Procs:
         return p
 
     def stop_all(self) -> None:
+        """SIGTERM to everything, then a second one shortly after: a worker drains gracefully
+        on the first (and would wait out its drain timeout, with every peer draining too) and
+        stops at once on the second. Then each is reaped, SIGKILL after a grace period."""
+        alive = [p for p in reversed(self.all) if p.alive()]
+        for p in alive:
+            p.signal(signal.SIGTERM)
+        deadline = time.monotonic() + 0.5
+        while any(p.alive() for p in alive) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for p in alive:
+            p.signal(signal.SIGTERM)
         for p in reversed(self.all):
             p.stop()
 
