@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,14 +203,16 @@ def owners_at(spans: list[Span], t: float) -> dict[str, list[str]]:
 
 def check(journals: dict[str, list[dict[str, Any]]], processes: dict[str, Process],
           faults: list[Fault], history: list[tuple[float, list[str]]], replicas: int,
-          bounds: Bounds, start: float, end: float) -> Result:
+          bounds: Bounds, start: float, end: float,
+          assigned: Sequence[tuple[float, dict[str, list[str]]]] = ()) -> Result:
     """Judge the run between ``start`` (everything was running) and ``end`` (it settled).
-    ``history`` is the task list over time: ``(since, tasks)``, sorted."""
+    ``history`` is the task list over time: ``(since, tasks)``, sorted; ``assigned`` samples
+    of the supervisor's assignments ``(when, {task: [worker, ...]})``."""
     spans = build_spans(journals, processes)
     by_task: dict[str, list[Span]] = {}
     for s in spans:
         by_task.setdefault(s.task, []).append(s)
-    windows = _windows(faults, spans, bounds)
+    windows = _windows(faults, spans, bounds, assigned)
     res = Result()
     every = {t for _, ts in history for t in ts} | set(by_task)
     uncovered: dict[str, list[tuple[float, float]]] = {}
@@ -363,9 +366,12 @@ def _windowed(faults: list[Fault]) -> list[Fault]:
     return [f for f in faults if f.kind not in _NO_WINDOW]
 
 
-def _windows(faults: list[Fault], spans: list[Span],
-             bounds: Bounds) -> list[tuple[float, float, frozenset[str] | None]]:
-    """(from, to, tasks or None for all) for every fault that may uncover tasks."""
+def _windows(faults: list[Fault], spans: list[Span], bounds: Bounds,
+             assigned: Sequence[tuple[float, dict[str, list[str]]]],
+             ) -> list[tuple[float, float, frozenset[str] | None]]:
+    """(from, to, tasks or None for all) for every fault that may uncover tasks. A worker
+    fault may uncover what the worker held when it began, and what the supervisor placed on
+    it (not knowing yet) until the window ends."""
     out: list[tuple[float, float, frozenset[str] | None]] = []
     for f in _windowed(faults):
         tasks: frozenset[str] | None = frozenset(
@@ -388,7 +394,11 @@ def _windows(faults: list[Fault], spans: list[Span],
             until = f.t0 + bounds.change
         else:
             raise ValueError(f"unknown fault kind {f.kind!r}")
-        out.append((f.t0, until + bounds.slack, tasks))
+        until += bounds.slack
+        if tasks is not None and f.target is not None:
+            tasks |= {t for when, asg in assigned if f.t0 <= when <= until
+                      for t, ws in asg.items() if f.target in ws}
+        out.append((f.t0, until, tasks))
     return out
 
 

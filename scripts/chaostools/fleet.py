@@ -77,6 +77,7 @@ class Fleet:
         self.routes: dict[str, int] = {}
         self.procs: list[Proc] = []
         self.supervisor: Proc | None = None
+        self.supervisor_down = True  # until started
         self.current: dict[str, Proc] = {}  # worker id -> its latest process
         self.unexpected_exits: list[dict[str, Any]] = []
 
@@ -89,10 +90,12 @@ class Fleet:
                 "--replicas", str(self.replicas), "--state-file", str(self.state_file),
                 *self.timings.supervisor_args()]
         self.supervisor = self._spawn(f"supervisor#{n}", None, args, None)
+        self.supervisor_down = False
         return self.supervisor.started
 
     def kill_supervisor(self) -> float:
         assert self.supervisor is not None
+        self.supervisor_down = True
         return self._kill(self.supervisor)
 
     def wait_supervisor_up(self, timeout: float = 20.0) -> float | None:
@@ -105,9 +108,9 @@ class Fleet:
             time.sleep(0.05)
         return None
 
-    def query(self, verb: str, **args: Any) -> Any:
+    def query(self, verb: str, timeout: float = 2.0, **args: Any) -> Any:
         """A control verb in-process (fast); raises Unreachable or ControlFailed."""
-        return request(self.control, verb, args, timeout=2.0)
+        return request(self.control, verb, args, timeout=timeout)
 
     def corralctl(self, *args: str) -> Any:
         """``corralctl -o json ARGS``: the real CLI; its JSON, or None if it failed."""

@@ -29,6 +29,7 @@ from .schedule import Step, Timings
 
 STARTUP_S = 5.0  # starting the fleet and placing every task, reserved out of --duration
 POLL_S = 0.1
+SAMPLE_S = 0.25  # how often the supervisor's assignments are sampled during the run
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ class Harness:
         self.faults: dict[int, dict[str, Any]] = {}
         self.origin = 0.0
         self.notes: list[str] = []
+        self.assigned: list[tuple[float, dict[str, list[str]]]] = []
+        self._next_sample = 0.0
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -82,6 +85,9 @@ class Harness:
             if time.monotonic() > hard_stop:
                 self.notes.append("aborted: the plan overran its time")
                 break
+            late = time.monotonic() - (self.origin + step.at)
+            if late > 0.5:
+                self.notes.append(f"step {step.action} of fault {step.fault} ran {late:.1f} s late")
             self._do(step)
         settled = self._settle(settle_max)
         end = time.monotonic()
@@ -92,9 +98,25 @@ class Harness:
         while True:
             self.fleet.reap()
             now = time.monotonic()
+            if now >= self._next_sample:
+                self._sample()
             if now >= t:
                 return
             time.sleep(min(POLL_S, t - now))
+
+    def _sample(self) -> dict[str, Any] | None:
+        """The supervisor's assignments now (kept: a worker fault's window covers the tasks
+        placed on the worker while it was down, which its journal cannot show)."""
+        now = time.monotonic()
+        self._next_sample = now + SAMPLE_S
+        if self.fleet.supervisor_down:
+            return None
+        try:  # a short timeout: the plan's next step must not wait for a slow answer
+            asg: dict[str, Any] = self.fleet.query("assignments", timeout=0.3)
+        except (Unreachable, ControlFailed):
+            return None
+        self.assigned.append((now, asg["assignments"]))
+        return asg
 
     def _settle(self, timeout: float) -> bool:
         """Wait until every listed task runs on exactly R workers by the journals and the
@@ -121,9 +143,8 @@ class Harness:
         if sorted(held) != sorted(tasks) or any(len(held[t]) != self.opts.replicas
                                                 for t in tasks):
             return False
-        try:
-            asg = f.query("assignments")
-        except (Unreachable, ControlFailed):
+        asg = self._sample()
+        if asg is None:
             return False
         return not asg["pending"] and {t: sorted(w) for t, w in
                                        asg["assignments"].items()} == held
@@ -197,7 +218,7 @@ class Harness:
                   for r in self.faults.values()]
         history = [(t if t else self.origin, ts) for t, ts in self.history]
         res = checker.check(f.journals(), f.processes(), faults, history, self.opts.replicas,
-                            self.bounds, self.origin, end)
+                            self.bounds, self.origin, end, self.assigned)
         out = res.as_dict(self.origin)
         final_state = self._final_state(views, end)
         out["violations"] += [{"task": None, "window": [round(end - self.origin, 3)] * 2,
