@@ -144,3 +144,18 @@ def test_an_added_task_gets_its_window_and_an_unplaced_one_is_lost() -> None:
     assert ok.violations == [] and ok.lost_tasks == []
     lost = run({"a#1": [line(0.5, "start")]}, history=history, faults=[add])
     assert lost.lost_tasks == ["U"] and rules(lost) == ["coverage"]
+
+
+def test_a_task_placed_on_a_worker_while_it_was_down_is_in_that_fault_window() -> None:
+    # b is frozen at 4; the supervisor, not knowing yet, gives it T at 5 (a died at 3.5): T
+    # stays uncovered until b's freeze is noticed — within b's window, not a violation.
+    procs = {"a#1": Process("a#1", "a", 0.0, ended=3.5),
+             "b#1": Process("b#1", "b", 0.0, frozen=((4.0, 20.0),))}
+    faults = [Fault(0, "kill_worker", "a", 3.5, 3.5), Fault(1, "stop_worker", "b", 4.0, 20.0)]
+    journals = {"a#1": [line(0.5, "start")], "c#1": [line(12.0, "start", worker="c")],
+                "b#1": []}
+    without = run(journals, processes=dict(procs), faults=faults)
+    assert rules(without) == ["coverage"]  # a's window ends at 3.5 + 5.25 + 1
+    res = checker.check(journals, {**procs, "c#1": Process("c#1", "c", 0.0)}, faults,
+                        [(0.0, ["T"])], 1, BOUNDS, 1.0, 20.0, [(5.0, {"T": ["b"]})])
+    assert res.violations == []
