@@ -236,7 +236,7 @@ def check(journals: dict[str, list[dict[str, Any]]], processes: dict[str, Proces
     res.lost_tasks = [t for t in final if len(held.get(t, [])) < replicas]
     for (_, w1, ts), f in zip(windows, _windowed(faults), strict=True):
         ends = [b for task, gaps in uncovered.items() if ts is None or task in ts
-                for a, b in gaps if a < w1 and b > f.t0]
+                for a, b in gaps if f.t0 <= a < w1]  # gaps that began in its window
         res.recovery.append({"fault": f.id, "kind": f.kind, "target": f.target, "t0": f.t0,
                              "recovery_s": round(max(ends) - f.t0, 3) if ends else 0.0,
                              "window_s": round(w1 - f.t0, 3)})
