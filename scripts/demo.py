@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import shutil
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
-from _cluster import Cluster, wait_until  # noqa: E402
+from _cluster import Cluster, wait_until
 
 WORKERS = {"worker-10": 10, "worker-20": 20, "worker-40": 40}
 TASKS = [f"room-{i:02d}" for i in range(35)]

@@ -29,6 +29,7 @@ HEARTBEAT_IVL_MS = 1000
 HEARTBEAT_TIMEOUT_MS = 5000
 FINAL_LINGER_MS = 500
 DRAIN_LIMIT = 1000  # messages per wake-up; the poller returns again at once if more wait
+RETRY_S = 0.05  # how soon a report nobody could take is tried again
 
 
 def routing_id(worker_id: str, incarnation: int) -> bytes:
@@ -40,57 +41,94 @@ def routing_id(worker_id: str, incarnation: int) -> bytes:
 
 
 class Channel:
-    """Sends `Status`, receives `Instructions` and `Refusal`; counts what it drops."""
+    """Sends `Status`, receives `Instructions` and `Refusal`; counts what it drops.
+
+    With several supervisors (HA: ``--supervisor tcp://a:7760,tcp://b:7760``) there is one
+    DEALER per endpoint — one DEALER connected to several endpoints would round-robin its
+    sends — and every report goes to each. Sets are taken from any of them: only the leader
+    sends, and a deposed leader's older epoch makes the state machine drop what it sends.
+    """
 
     def __init__(
-        self, ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, worker_id: str, incarnation: int
+        self,
+        ctx: zmq.Context[zmq.Socket[bytes]],
+        endpoints: str | list[str],
+        worker_id: str,
+        incarnation: int,
+        curve: tuple[bytes, bytes, bytes] | None = None,
     ) -> None:
-        sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.ROUTING_ID, routing_id(worker_id, incarnation))
-        sock.setsockopt(zmq.IMMEDIATE, 1)
-        sock.setsockopt(zmq.SNDHWM, SNDHWM)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES + 1024)  # + the envelope's few bytes
-        sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
-        sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
-        sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
-        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
-        sock.connect(endpoint)
-        self.socket = sock
+        self.sockets: list[zmq.Socket[bytes]] = []
+        for endpoint in [endpoints] if isinstance(endpoints, str) else endpoints:
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.ROUTING_ID, routing_id(worker_id, incarnation))
+            sock.setsockopt(zmq.IMMEDIATE, 1)
+            sock.setsockopt(zmq.SNDHWM, SNDHWM)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES + 1024)  # + the envelope's bytes
+            sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
+            sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+            if curve is not None:  # CurveZMQ: (the supervisor's public key, ours, our secret)
+                sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = curve
+            sock.connect(endpoint)
+            self.sockets.append(sock)
+        self.socket = self.sockets[0]
         self.counters: dict[str, int] = dict.fromkeys(
             ("reports_sent", "reports_dropped", "decode_errors", "unexpected_messages"), 0)
+        # A report no supervisor could take (with IMMEDIATE=1 that includes the first one, sent
+        # before the connection is up): the loop resends it shortly instead of waiting a whole
+        # report interval. Only the latest is kept; it is self-contained.
+        self.unsent: list[tuple[zmq.Socket[bytes], bytes]] = []
 
     def send(self, status: Status) -> None:
+        frame = encode(status)
+        self.unsent = []
+        for sock in self.sockets:
+            self._send(sock, frame)
+
+    def resend(self) -> None:
+        """Try the latest undelivered report again (the loop calls this ~every RETRY_S)."""
+        pending, self.unsent = self.unsent, []
+        for sock, frame in pending:
+            self._send(sock, frame, retry=True)
+
+    def _send(self, sock: zmq.Socket[bytes], frame: bytes, retry: bool = False) -> None:
         try:
-            self.socket.send(encode(status), zmq.NOBLOCK)
+            sock.send(frame, zmq.NOBLOCK)
         except zmq.Again:  # unreachable or slow supervisor: the next report replaces this one
-            self.counters["reports_dropped"] += 1
+            if not retry:
+                self.counters["reports_dropped"] += 1  # once per report, not per attempt
+            self.unsent.append((sock, frame))
         else:
             self.counters["reports_sent"] += 1
 
     def receive(self) -> list[Instructions | Refusal]:
-        """Everything waiting (up to DRAIN_LIMIT), decoded; bad frames are counted and dropped."""
+        """Everything waiting (up to DRAIN_LIMIT per socket), decoded; bad frames are counted
+        and dropped."""
         out: list[Instructions | Refusal] = []
-        for _ in range(DRAIN_LIMIT):
-            try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            if len(frames) != 1:
-                self.counters["decode_errors"] += 1
-                continue
-            try:
-                msg = decode(frames[0])
-            except ProtocolError:
-                self.counters["decode_errors"] += 1
-                continue
-            if isinstance(msg, Instructions | Refusal):
-                out.append(msg)
-            else:
-                self.counters["unexpected_messages"] += 1
+        for sock in self.sockets:
+            for _ in range(DRAIN_LIMIT):
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                if len(frames) != 1:
+                    self.counters["decode_errors"] += 1
+                    continue
+                try:
+                    msg = decode(frames[0])
+                except ProtocolError:
+                    self.counters["decode_errors"] += 1
+                    continue
+                if isinstance(msg, Instructions | Refusal):
+                    out.append(msg)
+                else:
+                    self.counters["unexpected_messages"] += 1
         return out
 
     def close(self) -> None:
         # Bounded: with IMMEDIATE=1 nothing is queued for an unreachable supervisor, so this
         # waits only while the last report is actually being delivered.
-        self.socket.close(linger=FINAL_LINGER_MS)
+        for sock in self.sockets:
+            sock.close(linger=FINAL_LINGER_MS)

@@ -19,7 +19,7 @@ from typing import Any
 from corral.common.codec import MAX_ID_CHARS
 from corral.common.errors import ConfigError
 from corral.common.logs import LEVELS
-from corral.common.settings import Setting, parse_file, positive, resolve
+from corral.common.settings import KINDS, Setting, positive, read_file, resolve
 
 DEFAULT_MAX_LOAD = 10.0
 DEFAULT_REPORT_INTERVAL = 1.0
@@ -76,6 +76,30 @@ class WorkerConfig:
     # supervisor for clients to connect to. None: the worker serves no requests.
     serve: str | None = None
     advertise: str | None = None
+    # CurveZMQ: the supervisor's NAME.key and this worker's NAME.key_secret (both or neither).
+    curve_server_key: str | None = None
+    curve_secret_key: str | None = None
+
+    @property
+    def supervisors(self) -> tuple[str, ...]:
+        """Every supervisor endpoint (HA: reports go to each)."""
+        return tuple(e.strip() for e in self.supervisor.split(","))
+
+    def curve_keys(self) -> tuple[bytes, bytes, bytes] | None:
+        """(the supervisor's public key, ours, our secret) for the DEALERs, or None."""
+        if self.curve_server_key is None or self.curve_secret_key is None:
+            return None
+        import zmq.auth  # only Curve deployments load keys
+
+        try:
+            server_public, _ = zmq.auth.load_certificate(self.curve_server_key)
+            public, secret = zmq.auth.load_certificate(self.curve_secret_key)
+        except (OSError, ValueError) as exc:
+            raise ConfigError("curve", f"cannot load a key: {exc}") from None
+        if not secret:
+            raise ConfigError("curve_secret_key", f"{self.curve_secret_key} holds no secret "
+                                                  "key (use the .key_secret file)")
+        return server_public, public, secret
 
 
 def _handler_spec(v: Any) -> str | None:
@@ -85,6 +109,15 @@ def _handler_spec(v: Any) -> str | None:
     if len(parts) == 3 and parts[0] == "python" and all(parts[1:]):
         return None
     return "expected log, exec or python:module:Class"
+
+
+def _endpoints(v: Any) -> str | None:
+    for part in str(v).split(","):
+        try:
+            KINDS["endpoint"](part.strip())
+        except ValueError as exc:
+            return f"{exc} (in {part.strip()!r})"
+    return None
 
 
 def _worker_id(v: Any) -> str | None:
@@ -102,8 +135,9 @@ def _exec_template(v: Any) -> str | None:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("supervisor", "endpoint", None, "the supervisor's worker endpoint (required)",
-            metavar="tcp://HOST:PORT"),
+    Setting("supervisor", "str", None, "the supervisor's worker endpoint (required); with "
+            "supervisor HA every supervisor's, comma-separated", _endpoints,
+            metavar="tcp://HOST:PORT[,…]"),
     Setting("id", "str", None, "this worker's id [default: the host name]", _worker_id,
             metavar="ID"),
     Setting("max_load", "number", DEFAULT_MAX_LOAD, "capacity, in task-cost units", positive,
@@ -133,6 +167,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("advertise", "endpoint", None, "the address clients connect to for --serve "
             "[default: --serve, a wildcard host replaced by the host name]",
             metavar="tcp://HOST:PORT"),
+    Setting("curve_server_key", "str", None, "CurveZMQ: the supervisor's NAME.key (public) file",
+            metavar="FILE"),
+    Setting("curve_secret_key", "str", None, "CurveZMQ: this worker's NAME.key_secret file; "
+            "the supervisor admits it only as worker NAME", metavar="FILE"),
 )
 
 
@@ -143,13 +181,7 @@ def load(
 ) -> WorkerConfig:
     """The worker's configuration from flags, the environment and an optional TOML file, or
     `ConfigError` with one line naming the key at fault."""
-    file_values: dict[str, Any] = {}
-    if config_file is not None:
-        try:
-            text = Path(config_file).read_text()
-        except OSError as exc:
-            raise ConfigError("config", f"cannot read {config_file}: {exc.strerror}") from None
-        file_values = parse_file(text, config_file)
+    file_values = read_file(config_file) if config_file is not None else {}
     v = resolve(SETTINGS, flags, env, file_values, config_file or "config file")
     for required in ("supervisor", "handler"):
         if v[required] is None:
@@ -160,6 +192,9 @@ def load(
     if v["serve"] is not None and v["handler"] == "exec":
         raise ConfigError("serve", "--serve needs a handler with serve(): log or "
                                    "python:module:Class, not exec")
+    if (v["curve_server_key"] is None) != (v["curve_secret_key"] is None):
+        raise ConfigError("curve_secret_key", "--curve-server-key and --curve-secret-key go "
+                                              "together")
     if v["advertise"] is not None and v["serve"] is None:
         raise ConfigError("advertise", "--advertise is only meaningful with --serve")
     return WorkerConfig(
@@ -177,6 +212,8 @@ def load(
         log_level=v["log_level"],
         serve=v["serve"],
         advertise=v["advertise"] or advertised(v["serve"]),
+        curve_server_key=v["curve_server_key"],
+        curve_secret_key=v["curve_secret_key"],
     )
 
 

@@ -33,7 +33,7 @@ from corral.common import logs
 from corral.common.errors import ConfigError
 
 from . import events as ev
-from .channel import Channel, routing_id
+from .channel import RETRY_S, Channel, routing_id
 from .config import WorkerConfig
 from .journal import Journal
 from .runner import Runner, TaskExecutor
@@ -115,11 +115,13 @@ class WorkerLoop:
         stack.callback(self._wake_w.close)
         ctx = zmq.Context()
         stack.callback(ctx.term)
-        channel = Channel(ctx, self._cfg.supervisor, self._cfg.worker_id, self.incarnation)
+        channel = Channel(ctx, list(self._cfg.supervisors), self._cfg.worker_id,
+                          self.incarnation, self._cfg.curve_keys())
         stack.callback(channel.close)
         self._channel_counters = channel.counters
         self._poller = zmq.Poller()
-        self._poller.register(channel.socket, zmq.POLLIN)
+        for sock in channel.sockets:
+            self._poller.register(sock, zmq.POLLIN)
         self._poller.register(self._wake_r.fileno(), zmq.POLLIN)
         self._install_signals(stack)
         if self._cfg.serve is not None:
@@ -157,6 +159,8 @@ class WorkerLoop:
         deadline = self._deadline
         if deadline is None:
             deadline = self._next_deadline(self._clock())
+        if channel.unsent:
+            deadline = min(deadline, self._clock() + RETRY_S)
         ready = dict(self._poller.poll(max(0, math.ceil((deadline - self._clock()) * 1000))))
         now = self._clock()
         server = self._server
@@ -173,7 +177,9 @@ class WorkerLoop:
             if self._pending.popleft() in STOP_SIGNALS:
                 self._dispatch(ev.StopRequested(), now, channel)
             # SIGCHLD needs nothing more: the executor is polled below on every turn.
-        if channel.socket in ready:
+        if channel.unsent:
+            channel.resend()
+        if any(sock in ready for sock in channel.sockets):
             for msg in channel.receive():
                 self._dispatch(ev.Received(msg), now, channel)
         for event in self._executor.poll(now):
