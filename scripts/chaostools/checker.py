@@ -301,13 +301,14 @@ def _judge_excess(task: str, a: float, b: float, owners: list[Span], most: int, 
     if not leaving:
         return violation("no owner stopped it")
     old = leaving[0]
-    others = [s for s in owners if s is not old]
     if old.resumed and old.start >= a - EPS:
         if b - old.start <= bounds.wake:
             res.zombies.append(b - a)
             return None
         return violation(f"a zombie kept it {b - old.start:.3f} s after waking")
-    newest = max((s.start for s in others), default=a)
+    # The newest start among all the owners: usually the new owner's, but the overlap may also
+    # end with the new owner giving the task up (its lease ran out: it was cut off).
+    newest = max(s.start for s in owners)
     allowed = _handoff_allowed(old.worker, newest, b, bounds, faults)
     if b <= allowed:
         res.handoffs.append(b - a)

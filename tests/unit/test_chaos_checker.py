@@ -159,3 +159,18 @@ def test_a_task_placed_on_a_worker_while_it_was_down_is_in_that_fault_window() -
     res = checker.check(journals, {**procs, "c#1": Process("c#1", "c", 0.0)}, faults,
                         [(0.0, ["T"])], 1, BOUNDS, 1.0, 20.0, [(5.0, {"T": ["b"]})])
     assert res.violations == []
+
+
+def test_a_new_owner_cut_off_during_a_hand_off_gives_the_task_up_at_its_lease() -> None:
+    # Found by a 180 s run: b was partitioned (its reports lost, instructions delivered) when
+    # a drain handed it T; it started T under a lease that was still good, then gave T up when
+    # the lease ran out — a hand-off overlap of 0.4 s, not a violation.
+    cut = Fault(0, "partition", "b", 7.5, 11.0, {"proxy": "up"})
+    res = run({"a#1": [line(0.5, "start"), line(11.0, "stop")],
+               "b#1": [line(10.0, "start", worker="b"), line(10.4, "stop", worker="b")]},
+              faults=[cut])
+    assert res.violations == [] and len(res.handoffs) == 1
+    late = run({"a#1": [line(0.5, "start"), line(12.0, "stop")],
+                "b#1": [line(10.0, "start", worker="b"), line(11.5, "stop", worker="b")]},
+               faults=[cut])
+    assert rules(late) == ["exclusive"]  # held past its lease (7.5 + 3 + 0.5)
