@@ -49,6 +49,23 @@ def status(core: SupervisorCore, now: float) -> dict[str, Any]:
         "handoffs": len(core.handoffs),
         "version": p.version,
         "uptime_s": round(now - core.started_at, 3),
+        **_ha(core),
+    }
+
+
+def _ha(core: SupervisorCore) -> dict[str, Any]:
+    """Who leads: without --ha a supervisor is alone; with it, the election's latest view."""
+    if not core.config.ha:
+        return {"role": "single"}
+    role = core.role
+    leader = (role.leader_info or {}).get("name") if role and not role.leader else None
+    me = core.config.name or core.config.bind.rsplit("/", 1)[-1]
+    members = list(role.members) if role else []
+    return {
+        "role": "leader" if core.leader else "standby",
+        "leader": me if core.leader else leader,
+        "standbys": [m for m in members if m != (me if core.leader else leader)],
+        "ha_error": role.error if role else None,
     }
 
 
@@ -57,7 +74,8 @@ def workers(core: SupervisorCore, now: float) -> dict[str, Any]:
     rows = []
     for rec in sorted(core.workers.values(), key=lambda r: r.id):
         st = rec.status
-        running = sum(cost.get(t, 1.0) for t in st.running)
+        # An inactive worker's last report is stale: its lease is gone, so is its load.
+        running = sum(cost.get(t, 1.0) for t in st.running) if rec.active else 0.0
         state = rec.display_state
         rows.append({
             "id": rec.id,

@@ -129,3 +129,17 @@ def test_etcd_down_leader_serves_until_its_lease_then_steps_down_and_comes_back(
     # Workers whose lease lapsed while nobody could lead stopped their tasks (the safe side);
     # the new leader gives every task out again.
     wait_until(lambda: len(fleet.owners()) == 12, timeout=LEASE + 10, what="all tasks again")
+
+
+def test_status_shows_the_leader_its_epoch_and_the_standbys(
+    cluster: tuple[list[Supervisor], Fleet],
+) -> None:
+    sups, _ = cluster
+    leader = wait_until(lambda: leader_of(sups), what="a leader")
+    standby = next(s for s in sups if s is not leader)
+    wait_until(lambda: standby.ctl("status").get("leader") is not None, what="standby view")
+    mine, theirs = leader.ctl("status"), standby.ctl("status")
+    assert mine["role"] == "leader" and theirs["role"] == "standby"
+    assert mine["leader"] == theirs["leader"] == leader.opts["name"]
+    assert mine["standbys"] == [standby.opts["name"]]
+    assert mine["epoch"] > 2**40 and theirs["phase"] == "warmup"
