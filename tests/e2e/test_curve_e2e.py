@@ -87,3 +87,27 @@ def test_keygen_refuses_to_overwrite_and_config_needs_both_halves(tmp_path: Path
                           "--curve-secret-key", str(tmp_path / "x.key_secret")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "go together" in out.stderr
+
+
+def test_real_workers_with_keys(procs: Procs) -> None:
+    keys, authorized = procs.tmp / "keys", procs.tmp / "authorized"
+    for name in ("supervisor", "alice"):
+        keygen(keys, name)
+    authorized.mkdir()
+    (authorized / "alice.key").write_bytes((keys / "alice.key").read_bytes())
+    (procs.tmp / "tasks.txt").write_text("t1\nt2\n")
+    sup = Supervisor(procs, f"file:{procs.tmp / 'tasks.txt'}", warmup=0.5,
+                     curve_secret_key=str(keys / "supervisor.key_secret"),
+                     authorized_keys=str(authorized))
+    curve = ["--curve-server-key", str(keys / "supervisor.key"),
+             "--curve-secret-key", str(keys / "alice.key_secret")]
+    args = [str(BIN / "corral-worker"), "run", "--supervisor", sup.endpoint, "--handler", "log",
+            "--report-interval", "0.3", *curve]
+    procs.start("alice", [*args, "--id", "alice"])
+    wait_until(lambda: sup.ctl("status")["tasks_assigned"] == 2
+               and any(w["id"] == "alice" and w["running"] == 2
+                       for w in sup.ctl("workers")["workers"]), what="alice runs both tasks")
+    impostor = procs.start("impostor", [*args, "--id", "bob"])  # alice's key, bob's id
+    assert impostor.wait(20) == 3
+    assert "authorised as 'alice', not as 'bob'" in impostor.output()
+    assert "bob" not in {w["id"] for w in sup.ctl("workers")["workers"]}
