@@ -42,7 +42,8 @@ def test_the_kept_worker_of_a_duplicate_id_still_applies_what_it_is_sent() -> No
     # every one as stale, its lease ran out and it stopped all its tasks.
     h = Harness(config(replicas=1, lease=4.0))
     h.source = dict(TASKS)
-    a, b = h.add(ModelWorker("a")), h.add(ModelWorker("b"))
+    a = h.add(ModelWorker("a"))
+    h.add(ModelWorker("b"))
     h.until(h.running)
     for _ in range(20):  # a long-lived worker has applied many sets
         h.step(0.5)
