@@ -78,17 +78,22 @@ def _str(v: Any) -> str:
     return v
 
 
+def _port_ok(s: str) -> bool:
+    return 1 <= int(s.rsplit(":", 1)[1]) <= 65535
+
+
 def _endpoint(v: Any) -> str:
     s = _str(v).strip()
-    if not _ENDPOINT.match(s):
-        raise ValueError("expected a ZeroMQ endpoint such as tcp://127.0.0.1:7760")
+    if not _ENDPOINT.match(s) or (s.startswith("tcp://") and not _port_ok(s)):
+        raise ValueError("expected a ZeroMQ endpoint such as tcp://127.0.0.1:7760 "
+                         "(ports 1-65535)")
     return s
 
 
 def _hostport(v: Any) -> str:
     s = _str(v).strip()
-    if not _HOSTPORT.match(s):
-        raise ValueError("expected HOST:PORT such as 127.0.0.1:9464")
+    if not _HOSTPORT.match(s) or not _port_ok(s):
+        raise ValueError("expected HOST:PORT such as 127.0.0.1:9464 (ports 1-65535)")
     return s
 
 

@@ -11,13 +11,14 @@ import click
 from corral.common import logs
 from corral.common.errors import ConfigError
 from corral.common.settings import click_options
+from corral.common.usage import CONTEXT, OneLineErrors
 
 from . import config as config_mod
 from . import curve
 from .daemon import BindError, Daemon
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=OneLineErrors, context_settings=CONTEXT)
 def main() -> None:
     """The corral supervisor: owns the task list, watches workers, assigns tasks."""
 

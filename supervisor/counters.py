@@ -16,6 +16,7 @@ class Counters:
     decode_errors: int = 0  # frames that were not valid messages
     bad_frames: int = 0  # wrong number of frames on the worker socket
     control_errors: int = 0  # control requests answered with an error
+    control_replies_dropped: int = 0  # replies to a client that was gone or not reading
     messages_out: int = 0
     send_failures: int = 0  # peer gone or its queue full
     joins: int = 0

@@ -13,12 +13,13 @@ import click
 
 from corral.common import routemap
 from corral.common.errors import ProtocolError
+from corral.common.usage import CONTEXT, OneLineErrors
 
 from .client import DEFAULT_CONTROL, ControlFailed, Unreachable, request
 from .verbs import VERBS, Verb
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=OneLineErrors, context_settings=CONTEXT)
 @click.option("--control", envvar="CORRAL_CONTROL", default=DEFAULT_CONTROL, show_default=True,
               help="the supervisor's control endpoint (env CORRAL_CONTROL)")
 @click.option("--timeout", type=float, default=3.0, show_default=True,

@@ -94,6 +94,9 @@ class Daemon:
             self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
             self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
             self.control = self._socket(ctx, zmq.ROUTER, sockets)
+            # A reply to a client that left or does not read raises instead of vanishing,
+            # so it can be counted.
+            self.control.setsockopt(zmq.ROUTER_MANDATORY, 1)
             self._bind(self.control, self.config.control)
             old_wakeup = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
             for signum in verbs.SIGNALS:
@@ -291,8 +294,10 @@ class Daemon:
             self._execute(actions)
 
     def _reply(self, envelope: list[bytes], reply: ControlReply) -> None:
-        with contextlib.suppress(zmq.Again, zmq.ZMQError):
+        try:
             self.control.send_multipart([*envelope, codec.encode(reply)], NOBLOCK)
+        except (zmq.Again, zmq.ZMQError):  # the client is gone, or not reading its replies
+            self.core.counters.control_replies_dropped += 1
 
     def _execute(self, actions: list[Action]) -> None:
         counters = self.core.counters

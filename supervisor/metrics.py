@@ -26,6 +26,7 @@ COUNTERS = {
     "decode_errors": "frames that were not valid messages",
     "bad_frames": "messages with the wrong number of frames",
     "control_errors": "control requests answered with an error",
+    "control_replies_dropped": "control replies to a client that was gone or not reading",
     "messages_out": "messages sent to workers",
     "send_failures": "sends dropped because the worker was gone or slow",
     "joins": "workers that joined",

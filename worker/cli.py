@@ -12,6 +12,7 @@ import click
 from corral.common import logs
 from corral.common.errors import ConfigError
 from corral.common.settings import click_options
+from corral.common.usage import CONTEXT, OneLineErrors
 
 from . import config as worker_config
 from .events import EXIT_CONFIG
@@ -22,7 +23,7 @@ from .runner import CallRunner, Runner, build
 from .serving import Service
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=OneLineErrors, context_settings=CONTEXT)
 def main() -> None:
     """The corral worker agent: reports to a supervisor and runs the tasks it is given."""
 

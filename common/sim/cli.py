@@ -24,6 +24,8 @@ from corral.common.sim.policies_sim import POLICIES, PolicyResult, RunConfig, si
 from corral.common.sim.subsetting_sim import SubsettingResult, simulate_subsetting
 from corral.common.subsetting import ALGORITHMS, DEFAULT_LOT_SIZE
 
+from ..usage import CONTEXT, OneLineErrors
+
 OUTPUT = click.option(
     "-o",
     "--output",
@@ -72,7 +74,7 @@ def _check_plot(plot: str | None) -> None:
         sys.exit(1)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=OneLineErrors, context_settings=CONTEXT)
 def main() -> None:
     """Simulate corral's balancer core: how subsetting spreads connections, and how the
     load-balancing policies spread CPU load (SRE book, chapter 20). Run a subcommand with
