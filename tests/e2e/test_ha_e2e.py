@@ -138,6 +138,8 @@ def test_status_shows_the_leader_its_epoch_and_the_standbys(
     leader = wait_until(lambda: leader_of(sups), what="a leader")
     standby = next(s for s in sups if s is not leader)
     wait_until(lambda: standby.ctl("status").get("leader") is not None, what="standby view")
+    # The leader refreshes its view of the members with every keep-alive (TTL / 3).
+    wait_until(lambda: leader.ctl("status").get("standbys"), what="leader sees the standby")
     mine, theirs = leader.ctl("status"), standby.ctl("status")
     assert mine["role"] == "leader" and theirs["role"] == "standby"
     assert mine["leader"] == theirs["leader"] == leader.opts["name"]

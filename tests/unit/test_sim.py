@@ -172,7 +172,10 @@ def test_text_reports() -> None:
 def test_bad_arguments_are_usage_errors(args: list[str]) -> None:
     out = CliRunner().invoke(main, args)
     assert out.exit_code == 2
-    assert "Error:" in out.output and "Traceback" not in out.output
+    lines = out.output.strip().splitlines()
+    assert len(lines) == 1, out.output  # one clear line naming the command and the problem
+    assert lines[0].split(":")[0].endswith(args[0])
+    assert "Traceback" not in out.output
 
 
 def test_plot_without_matplotlib_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
