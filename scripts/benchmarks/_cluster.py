@@ -3,6 +3,7 @@ real processes, each stopped by pid when the cluster closes, whatever happened."
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -22,6 +23,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def fleet_parser(doc: str, tasks: int = 200, workers: int = 5) -> argparse.ArgumentParser:
+    """The options every cluster benchmark shares: output, size, repetitions."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    ap.add_argument("--tasks", type=int, default=tasks)
+    ap.add_argument("--workers", type=int, default=workers)
+    ap.add_argument("--repeat", type=int, default=3, help="runs; the median is reported")
+    return ap
+
+
+def median_run(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The run whose ``key`` is the median (an actual run, not an average of several)."""
+    return sorted(runs, key=lambda r: r[key])[len(runs) // 2]
 
 
 def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.05) -> Any:

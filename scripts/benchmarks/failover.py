@@ -9,12 +9,11 @@ nothing else moves). Target: reassigned_after_s <= lease + margin + one tick + 0
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import time
 
-from _cluster import Cluster, wait_until
+from _cluster import Cluster, fleet_parser, median_run, wait_until
 
 
 def one_run(tasks: int, workers: int, lease: float, margin: float, tick: float,
@@ -46,19 +45,15 @@ def one_run(tasks: int, workers: int, lease: float, margin: float, tick: float,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("-o", "--output", choices=["table", "json"], default="table")
-    ap.add_argument("--tasks", type=int, default=200)
-    ap.add_argument("--workers", type=int, default=5)
+    ap = fleet_parser(__doc__)
     ap.add_argument("--lease", type=float, default=10.0, help="the supervisor's default")
     ap.add_argument("--margin", type=float, default=2.0, help="the supervisor's default")
     ap.add_argument("--tick", type=float, default=0.5, help="the supervisor's default")
     ap.add_argument("--report-interval", type=float, default=1.0, help="the workers' default")
-    ap.add_argument("--repeat", type=int, default=3, help="runs; the median is reported")
     args = ap.parse_args()
     runs = [one_run(args.tasks, args.workers, args.lease, args.margin, args.tick,
                     args.report_interval) for _ in range(args.repeat)]
-    r = sorted(runs, key=lambda x: x["reassigned_after_s"])[len(runs) // 2]
+    r = median_run(runs, "reassigned_after_s")
     result = {"lease_s": args.lease, "margin_s": args.margin, "tick_s": args.tick,
               "reassigned_after_s": round(r["reassigned_after_s"], 3),
               "tasks_moved": r["tasks_moved"], "departed_tasks": r["departed_tasks"],

@@ -10,7 +10,6 @@ they lost their lease). Target: failover_s <= TTL + one tick + 0.5 s, zeros else
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -20,7 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from _cluster import BIN, Cluster, free_port, wait_until
+from _cluster import BIN, Cluster, fleet_parser, free_port, median_run, wait_until
 
 
 class Etcd:
@@ -113,18 +112,14 @@ def one_run(tasks: int, workers: int, ttl: float, tick: float, lease: float) -> 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("-o", "--output", choices=["table", "json"], default="table")
-    ap.add_argument("--tasks", type=int, default=200)
-    ap.add_argument("--workers", type=int, default=5)
+    ap = fleet_parser(__doc__)
     ap.add_argument("--ttl", type=float, default=3.0, help="--ha-ttl (the default)")
     ap.add_argument("--tick", type=float, default=0.5, help="--tick (the default)")
     ap.add_argument("--lease", type=float, default=10.0, help="--lease (the default)")
-    ap.add_argument("--repeat", type=int, default=3, help="runs; the median is reported")
     args = ap.parse_args()
     runs = [one_run(args.tasks, args.workers, args.ttl, args.tick, args.lease)
             for _ in range(args.repeat)]
-    r = sorted(runs, key=lambda x: x["failover_s"])[len(runs) // 2]
+    r = median_run(runs, "failover_s")
     result = {"ttl_s": args.ttl, "failover_s": round(r["failover_s"], 3),
               "tasks_moved": max(x["tasks_moved"] for x in runs),
               "tasks_restarted": max(x["tasks_restarted"] for x in runs),
