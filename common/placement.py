@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Container, Iterable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 
 from . import strategies
@@ -360,44 +359,3 @@ class Placement:
             diff.remove(m.source, m.task)
             diff.add(m.target, m.task)
         return diff, moves
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The result of `plan`: the new assignment, the per-worker diffs, what is still pending."""
-
-    assignment: dict[str, list[str]]
-    diff: dict[str, WorkerDiff]
-    pending: dict[str, int]
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    id: str
-    max_load: float
-    mode: Mode = Mode.ELIGIBLE
-    tasks: tuple[str, ...] = ()
-
-
-def plan(
-    workers: Iterable[WorkerSpec],
-    tasks: Mapping[str, float] | Iterable[str],
-    replicas: int = 1,
-    strategy: str = LEAST_UTILIZED,
-) -> Plan:
-    """One-shot placement: the current assignment is given by each worker's ``tasks``; tasks
-    not in ``tasks`` any more are removed, missing replicas are placed, existing ones kept."""
-    p = Placement(replicas, strategy)
-    specs = list(workers)
-    p.add_tasks(tasks)
-    for spec in specs:
-        p.upsert_worker(spec.id, spec.max_load, spec.mode)
-    diff = Diff()
-    for spec in specs:
-        for task in spec.tasks:
-            if not p.assign(task, spec.id):
-                diff.remove(spec.id, task)
-    for spec in specs:
-        diff.merge(p.enforce_capacity(spec.id))
-    diff.merge(p.place())
-    return Plan(p.assignment(), diff.compact(), p.pending())

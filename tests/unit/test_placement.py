@@ -8,16 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.common.placement import (
-    LEAST_UTILIZED,
-    PROPORTIONAL,
-    STRATEGIES,
-    Diff,
-    Mode,
-    Placement,
-    WorkerSpec,
-    plan,
-)
+from corral.common.diff import Diff
+from corral.common.placement import LEAST_UTILIZED, PROPORTIONAL, STRATEGIES, Mode, Placement
+from corral.common.plan import WorkerSpec, plan
 
 EPS = 1e-6
 
