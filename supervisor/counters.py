@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 
 @dataclass
 class Counters:
+    messages_in: int = 0  # every message received on the worker endpoint
     reports: int = 0  # status messages handled
     stale_reports: int = 0  # not newer than the last from that worker: dropped
     impostor_reports: int = 0  # an id and incarnation from a connection not its own

@@ -259,6 +259,7 @@ class Daemon:
                     self._execute(actions)
             else:  # a join is an assignment event: time it
                 self._timed(on_report, identity, msg, now)
+        counters.messages_in += n
         return n
 
     def _unauthorized(self, identity: bytes, msg: Status, name: str | None) -> None:

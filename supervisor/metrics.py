@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .core import SupervisorCore
 
 COUNTERS = {
+    "messages_in": "messages received on the worker endpoint",
     "reports": "worker status reports handled",
     "stale_reports": "reports dropped as not newer than the last",
     "impostor_reports": "reports under another connection's id and incarnation",
