@@ -29,10 +29,13 @@ _ids = itertools.count(os.getpid() * 1000)
 
 
 def request(endpoint: str, verb: str, args: dict[str, Any] | None = None,
-            timeout: float = 3.0) -> Any:
-    """The verb's result; raises Unreachable or ControlFailed."""
+            timeout: float = 3.0, curve: tuple[bytes, bytes, bytes] | None = None) -> Any:
+    """The verb's result; raises Unreachable or ControlFailed. ``curve``: (the supervisor's
+    public key, ours, our secret) when its control endpoint is Curve-protected."""
     s: zmq.Socket[Any] = zmq.Context.instance().socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
+    if curve is not None:
+        s.curve_serverkey, s.curve_publickey, s.curve_secretkey = curve
     s.setsockopt(zmq.MAXMSGSIZE, codec.MAX_FRAME_BYTES + 1024)
     try:
         s.connect(endpoint)

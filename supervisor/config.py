@@ -64,6 +64,9 @@ SETTINGS: tuple[Setting, ...] = (
             metavar="FILE"),
     Setting("authorized_keys", "str", "", "CurveZMQ: directory of the workers' NAME.key files; "
             "a worker may report only as NAME", metavar="DIR"),
+    Setting("control_keys", "str", "", "CurveZMQ on the control endpoint too: directory of the "
+            "NAME.key files of those who may use corralctl (needs --curve-secret-key)",
+            metavar="DIR"),
     Setting("ha", "str", "", "high availability: etcd://HOST:PORT[,HOST:PORT…]; the elected "
             "leader acts, standbys keep their view warm", metavar="ETCD"),
     Setting("ha_key", "str", "/corral/leader", "HA: the etcd key that names the leader"),
@@ -103,6 +106,7 @@ class SupervisorConfig:
     forget_after: float = 3600.0
     curve_secret_key: str = ""
     authorized_keys: str = ""
+    control_keys: str = ""
     ha: str = ""
     ha_key: str = "/corral/leader"
     ha_ttl: float = 3.0
@@ -141,4 +145,6 @@ def load(
     if bool(values["curve_secret_key"]) != bool(values["authorized_keys"]):
         raise ConfigError("curve_secret_key", "--curve-secret-key and --authorized-keys go "
                                               "together")
+    if values["control_keys"] and not values["curve_secret_key"]:
+        raise ConfigError("control_keys", "needs --curve-secret-key (the supervisor's key pair)")
     return SupervisorConfig(**values)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+import zmq.auth
 
 from corral.common import routemap
 from corral.common.errors import ProtocolError
@@ -26,20 +27,39 @@ from .verbs import VERBS, Verb
               help="seconds to wait for an answer")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True, help="tables for people, JSON for scripts")
+@click.option("--curve-server-key", envvar="CORRAL_CURVE_SERVER_KEY", metavar="FILE",
+              help="CurveZMQ: the supervisor's NAME.key, when its control endpoint is protected "
+              "(--control-keys)")
+@click.option("--curve-secret-key", envvar="CORRAL_CURVE_SECRET_KEY", metavar="FILE",
+              help="CurveZMQ: your NAME.key_secret (its NAME.key in the supervisor's "
+              "--control-keys directory)")
 @click.pass_context
-def main(ctx: click.Context, control: str, timeout: float, output: str) -> None:
+def main(ctx: click.Context, control: str, timeout: float, output: str,
+         curve_server_key: str | None, curve_secret_key: str | None) -> None:
     """Inspect and steer a running corral supervisor.
 
     Exit status: 0 on success, 1 when the supervisor is unreachable or answers with an error,
     2 for bad usage.
     """
-    ctx.obj = {"control": control, "timeout": timeout, "output": output}
+    curve = None
+    if curve_server_key or curve_secret_key:
+        if not (curve_server_key and curve_secret_key):
+            raise click.UsageError("--curve-server-key and --curve-secret-key go together")
+        try:
+            server, _ = zmq.auth.load_certificate(curve_server_key)
+            public, secret = zmq.auth.load_certificate(curve_secret_key)
+        except (OSError, ValueError) as exc:
+            raise click.UsageError(f"cannot load a key: {exc}") from None
+        if not secret:
+            raise click.UsageError(f"{curve_secret_key} holds no secret key (.key_secret)")
+        curve = (server, public, secret)
+    ctx.obj = {"control": control, "timeout": timeout, "output": output, "curve": curve}
 
 
 def _call(ctx: click.Context, verb: str, args: dict[str, Any]) -> Any:
     o = ctx.obj
     try:
-        return request(o["control"], verb, args, o["timeout"])
+        return request(o["control"], verb, args, o["timeout"], o["curve"])
     except (Unreachable, ControlFailed) as exc:
         click.echo(f"corralctl: {exc}", err=True)
         sys.exit(1)

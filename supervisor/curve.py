@@ -45,32 +45,43 @@ def load_secret(file: str, key: str) -> tuple[bytes, bytes]:
     return public, secret
 
 
-def load_authorized(directory: str) -> dict[str, str]:
-    """z85 public key -> the worker id it may report as (the key file's name)."""
+def load_authorized(directory: str, key: str = "authorized_keys") -> dict[str, str]:
+    """z85 public key -> the name it is admitted as (the key file's name)."""
     path = Path(directory)
     if not path.is_dir():
-        raise ConfigError("authorized_keys", f"{directory} is not a directory")
+        raise ConfigError(key, f"{directory} is not a directory")
     names: dict[str, str] = {}
     for file in sorted(path.glob("*.key")):
         try:
             public, _ = zmq.auth.load_certificate(str(file))
         except (OSError, ValueError) as exc:
-            raise ConfigError("authorized_keys", f"cannot load {file}: {exc}") from None
+            raise ConfigError(key, f"cannot load {file}: {exc}") from None
         names[public.decode()] = file.stem
     if not names:
-        raise ConfigError("authorized_keys", f"no *.key files in {directory}")
+        raise ConfigError(key, f"no *.key files in {directory}")
     return names
 
 
-def serve(ctx: zmq.Context[Any], sock: zmq.Socket[Any], secret_file: str,
-          authorized_dir: str) -> tuple[ThreadAuthenticator, dict[str, str]]:
-    """Make ``sock`` a Curve server that admits only the authorised keys. Call before bind."""
-    names = load_authorized(authorized_dir)
-    public, secret = load_secret(secret_file, "curve_secret_key")
-    auth = ThreadAuthenticator(ctx)
-    auth.start()
-    auth.configure_curve(domain="*", location=str(Path(authorized_dir)))
-    sock.curve_secretkey = secret
-    sock.curve_publickey = public
-    sock.curve_server = True
-    return auth, names
+class Guard:
+    """One ZAP authenticator for the daemon; each protected socket gets its own domain (and
+    so its own directory of admitted keys): workers on one, corralctl users on the other."""
+
+    def __init__(self, ctx: zmq.Context[Any], secret_file: str) -> None:
+        self.public, self.secret = load_secret(secret_file, "curve_secret_key")
+        self.auth = ThreadAuthenticator(ctx)
+        self.auth.start()
+
+    def protect(self, sock: zmq.Socket[Any], domain: str, directory: str,
+                key: str) -> dict[str, str]:
+        """Make ``sock`` a Curve server admitting only the keys in ``directory`` (call before
+        bind); returns their names by public key."""
+        names = load_authorized(directory, key)
+        self.auth.configure_curve(domain=domain, location=str(Path(directory)))
+        sock.zap_domain = domain.encode()
+        sock.curve_secretkey = self.secret
+        sock.curve_publickey = self.public
+        sock.curve_server = True
+        return names
+
+    def stop(self) -> None:
+        self.auth.stop()

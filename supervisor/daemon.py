@@ -88,8 +88,10 @@ class Daemon:
             self.router = self._socket(ctx, zmq.ROUTER, sockets)
             self.key_names: dict[str, str] | None = None
             if self.config.curve_secret_key:
-                self.auth, self.key_names = curve.serve(
-                    ctx, self.router, self.config.curve_secret_key, self.config.authorized_keys)
+                self.guard = curve.Guard(ctx, self.config.curve_secret_key)
+                self.key_names = self.guard.protect(self.router, "workers",
+                                                    self.config.authorized_keys,
+                                                    "authorized_keys")
             self._bind(self.router, self.config.bind)
             self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
             self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
@@ -97,6 +99,9 @@ class Daemon:
             # A reply to a client that left or does not read raises instead of vanishing,
             # so it can be counted.
             self.control.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            if self.config.control_keys:
+                self.guard.protect(self.control, "control", self.config.control_keys,
+                                   "control_keys")
             self._bind(self.control, self.config.control)
             old_wakeup = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
             for signum in verbs.SIGNALS:
@@ -123,8 +128,8 @@ class Daemon:
                 signal.set_wakeup_fd(old_wakeup)
             for s in sockets:
                 s.close(linger=0)
-            if getattr(self, "auth", None) is not None:
-                self.auth.stop()
+            if getattr(self, "guard", None) is not None:
+                self.guard.stop()
             ctx.term()
             wake_r.close()
             wake_w.close()

@@ -111,3 +111,29 @@ def test_real_workers_with_keys(procs: Procs) -> None:
     assert impostor.wait(20) == 3
     assert "authorised as 'alice', not as 'bob'" in impostor.output()
     assert "bob" not in {w["id"] for w in sup.ctl("workers")["workers"]}
+
+
+def test_control_endpoint_with_curve(procs: Procs) -> None:
+    keys, authorized, admins = procs.tmp / "keys", procs.tmp / "authorized", procs.tmp / "admins"
+    for name in ("supervisor", "alice", "ops"):
+        keygen(keys, name)
+    authorized.mkdir()
+    admins.mkdir()
+    (authorized / "alice.key").write_bytes((keys / "alice.key").read_bytes())
+    (admins / "ops.key").write_bytes((keys / "ops.key").read_bytes())
+    (procs.tmp / "tasks.txt").write_text("t1\n")
+    sup = Supervisor(procs, f"file:{procs.tmp / 'tasks.txt'}", warmup=0.5,
+                     curve_secret_key=str(keys / "supervisor.key_secret"),
+                     authorized_keys=str(authorized), control_keys=str(admins))
+
+    def ctl(*key: str) -> subprocess.CompletedProcess[str]:
+        args = [str(BIN / "corralctl"), "--control", sup.control, "--timeout", "1", "-o", "json"]
+        if key:
+            args += ["--curve-server-key", str(keys / "supervisor.key"),
+                     "--curve-secret-key", str(keys / f"{key[0]}.key_secret")]
+        return subprocess.run([*args, "status"], capture_output=True, text=True, timeout=60)
+
+    ok = wait_until(lambda: (r := ctl("ops")).returncode == 0 and r, what="ops gets in")
+    assert '"phase"' in ok.stdout
+    for denied in (ctl(), ctl("alice")):  # no key; a worker's key is not a control key
+        assert denied.returncode == 1 and "no answer from the supervisor" in denied.stderr
