@@ -26,7 +26,7 @@ kept in insertion-ordered dicts and sorted where an order is chosen.
 from __future__ import annotations
 
 import math
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Collection, Container, Iterable, Mapping
 from enum import StrEnum
 
 from . import strategies
@@ -37,6 +37,9 @@ from .strategies import EPS as _EPS
 LEAST_UTILIZED = "least-utilized"
 PROPORTIONAL = "proportional"
 STRATEGIES = (LEAST_UTILIZED, PROPORTIONAL)
+
+
+_NONE: dict[str, None] = {}
 
 
 class Mode(StrEnum):
@@ -242,7 +245,12 @@ class Placement:
                 del self._excluded[task]
 
     def excluded(self) -> dict[str, list[str]]:
+        """Every exclusion, copied (for views)."""
         return {t: list(ws) for t, ws in self._excluded.items()}
+
+    def excluded_from(self, task: str) -> Collection[str]:
+        """The workers ``task`` must not go to (a live, read-only view; cheap per task)."""
+        return self._excluded.get(task, _NONE)
 
     def _assign(self, task: str, worker: str) -> None:
         owners = self._owners[task]

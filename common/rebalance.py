@@ -69,7 +69,6 @@ def _move_from(p: Placement, src: str, u_src: float, lo: list[tuple[float, str]]
     """The first useful move of one of ``src``'s tasks to one of the least utilized workers."""
     util = p.utilization
     tried: list[tuple[float, str]] = []
-    excluded = p.excluded()
     found = None
     while lo and len(tried) < CANDIDATES and found is None:
         key, dst = heapq.heappop(lo)
@@ -81,7 +80,7 @@ def _move_from(p: Placement, src: str, u_src: float, lo: list[tuple[float, str]]
         cap, load = p.max_load(dst), p.load(dst)
         for task in p.tasks_of(src):
             cost = p.tasks[task]
-            if task in pinned or dst in p.owners(task) or dst in excluded.get(task, ()):
+            if task in pinned or dst in p.owners(task) or dst in p.excluded_from(task):
                 continue
             if load + cost <= cap + EPS and (load + cost) / cap < u_src - EPS:
                 found = Move(task, src, dst)

@@ -167,7 +167,7 @@ class Assigner:
         cost = p.tasks.get(task)
         if cost is None or len(p.owners(task)) >= p.replicas or rec.id in p.owners(task):
             return False
-        if not p.has_worker(rec.id) or rec.id in p.excluded().get(task, ()):
+        if not p.has_worker(rec.id) or rec.id in p.excluded_from(task):
             return False
         return p.load(rec.id) + cost <= p.max_load(rec.id) + 1e-9
 

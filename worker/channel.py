@@ -73,7 +73,6 @@ class Channel:
                 sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = curve
             sock.connect(endpoint)
             self.sockets.append(sock)
-        self.socket = self.sockets[0]
         self.counters: dict[str, int] = dict.fromkeys(
             ("reports_sent", "reports_dropped", "decode_errors", "unexpected_messages"), 0)
         # A report no supervisor could take (with IMMEDIATE=1 that includes the first one, sent
