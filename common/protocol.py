@@ -1,25 +1,71 @@
-"""Every message corral sends, as frozen dataclasses. The wire format lives in `codec`.
+"""Every message corral sends, defined once: each class is the domain type *and* its wire schema.
 
 Worker → supervisor: `Status` (one-way, every report interval and after any change).
 Supervisor → worker: `Instructions` (an instruction set: reset / add / remove, plus the lease
-renewal) and `Refusal` (the worker is not accepted, e.g. a second live worker with a taken id).
+renewal, the fencing token and spec of every task it adds) and `Refusal` (the worker is not
+accepted, e.g. a second live worker with a taken id).
 CLI ↔ supervisor: `ControlRequest` / `ControlReply`, with a fixed-shape `ControlError`.
 Client ↔ serving worker: `Request` / `Reply` (request routing, docs/routing.md); every reply
 carries the worker's load report.
 
-Containers are plain dicts and tuples for speed on the hot path; treat them as read-only.
-The classes are frozen but deliberately not ``slots``: the decoder builds an instance by
-installing the validated field dict in one call, which is ~10x cheaper than a frozen
-``__init__`` (14 ``object.__setattr__`` calls) on the supervisor's hottest path.
+The classes are frozen msgspec structs. The bounds in their annotations (`Id`, `UInt`, …) are
+the wire's rules: `codec.decode` checks every one of them while it parses, in C, and builds the
+instance directly; the constructor, used by our own code, does not check (Python's own types
+are trusted). Containers are plain dicts and tuples for speed on the hot path; treat them as
+read-only. ``codec`` holds the envelope and the few checks msgspec cannot express.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any, Final, Literal
 
-PROTOCOL_VERSION = 1
+import msgspec
+
+PROTOCOL_VERSION = 2  # 2: fencing tokens in `running`, specs, zones and labels, set parts
+
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+MAX_ID_CHARS = 256  # worker ids, task ids, verbs, addresses, zones, label keys and values
+MAX_TASKS = 200_000  # entries in one list or map of tasks
+MAX_TEXT_CHARS = 4096  # free text (reasons, messages)
+MAX_SPEC_BYTES = 64 * 1024  # one task's spec, as JSON text
+MAX_LABELS = 64
+MAX_PARTS = 65_536  # parts of one instruction set
+MAX_UINT = 2**63 - 1
+MAX_NUMBER = 1e15
+
+UInt = Annotated[int, msgspec.Meta(ge=0, le=MAX_UINT)]
+Num = Annotated[float, msgspec.Meta(ge=0, le=MAX_NUMBER)]
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)]
+Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT_CHARS)]
+Zone = Annotated[str, msgspec.Meta(max_length=MAX_ID_CHARS)]
+SpecText = Annotated[str, msgspec.Meta(max_length=MAX_SPEC_BYTES)]
+TaskMap = Annotated[dict[Id, UInt], msgspec.Meta(max_length=MAX_TASKS)]
+TaskList = Annotated[tuple[Id, ...], msgspec.Meta(max_length=MAX_TASKS)]
+Labels = Annotated[dict[Id, Id], msgspec.Meta(max_length=MAX_LABELS)]
+Specs = Annotated[dict[Id, SpecText], msgspec.Meta(max_length=MAX_TASKS)]
+ReplyCode = Literal["ok", "not_owner", "error"]
+
+# -- fencing tokens ----------------------------------------------------------------------------
+# A token is the supervisor's epoch in the high bits and a per-task assignment counter in the
+# low ones, so it only grows for a task across owners, epochs and supervisor restarts: every
+# new epoch is larger than the last, and within one the counter counts up.
+TOKEN_BITS = 22  # up to ~4 million assignments of one task within one supervisor epoch
+
+
+def make_token(epoch: int, n: int) -> int:
+    """The fencing token of a task's ``n``-th assignment under ``epoch``.
+
+    >>> make_token(3, 1) > make_token(2, 4_000_000) > make_token(2, 1)
+    True
+    >>> token_epoch(make_token(7, 12))
+    7
+    """
+    return (epoch << TOKEN_BITS) | min(n, (1 << TOKEN_BITS) - 1)
+
+
+def token_epoch(token: int) -> int:
+    return token >> TOKEN_BITS
 
 
 class WorkerState(StrEnum):
@@ -35,35 +81,42 @@ class WorkerState(StrEnum):
     LAME_DUCK = "lame_duck"
 
 
-@dataclass(frozen=True)
-class Status:
+class _Message(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """Frozen, unknown fields refused, and fields at their default left off the wire."""
+
+
+class Status(_Message, frozen=True):
     """A worker's report of itself. Self-contained: a lost one is replaced by the next.
 
-    ``running`` maps each task the worker runs to the assignment epoch it was given under.
-    ``sent_at`` is the worker's monotonic clock when it sent this report; the supervisor echoes
-    it back so the worker can count its lease from it. ``applied`` is the last instruction set
-    it applied, as ``(epoch, seq)``. ``failures`` counts recent failures per failing task.
-    ``lease_held`` is False while the worker has no valid lease (never had one, or it lapsed).
+    ``running`` maps each task the worker holds to the fencing token of the assignment it runs
+    it under (`make_token`; the epoch is ``token_epoch(token)``). ``sent_at`` is the worker's
+    monotonic clock when it sent this report; the supervisor echoes it back so the worker can
+    count its lease from it. ``applied`` is the last instruction set it applied, as
+    ``(epoch, seq)``. ``failures`` counts recent failures per failing task. ``lease_held`` is
+    False while the worker has no valid lease (never had one, or it lapsed). ``utilization``,
+    ``qps`` and ``errors`` are a serving worker's load (0 otherwise). ``zone`` (a failure
+    domain, hierarchical with "/") and ``labels`` are fixed for the incarnation.
     """
 
-    worker: str
-    incarnation: int
-    seq: int
-    sent_at: float
-    max_load: float
-    running: dict[str, int]
+    worker: Id
+    incarnation: UInt
+    seq: UInt
+    sent_at: Num
+    max_load: Num
+    running: TaskMap
     state: WorkerState = WorkerState.READY
-    utilization: float = 0.0
-    qps: float = 0.0
-    errors: float = 0.0
-    applied: tuple[int, int] = (0, 0)
-    serve: str | None = None
-    failures: dict[str, int] = field(default_factory=dict)
+    utilization: Num = 0.0
+    qps: Num = 0.0
+    errors: Num = 0.0
+    applied: tuple[UInt, UInt] = (0, 0)
+    serve: Id | None = None
+    failures: TaskMap = msgspec.field(default_factory=dict)
     lease_held: bool = False
+    zone: Zone = ""
+    labels: Labels = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Instructions:
+class Instructions(_Message, frozen=True):
     """One instruction set for one worker incarnation; every one renews the worker's lease.
 
     Applied in ``(epoch, seq)`` order; a worker drops anything not newer than what it applied.
@@ -71,57 +124,62 @@ class Instructions:
     rest stop, the missing start) — only sent after a supervisor restart or to reconcile.
     The lease is counted by the worker from ``answers_sent_at``, the send time of the report
     this set answers (its own clock), so it always ends before the supervisor's count does.
+
+    ``tokens`` gives the fencing token of every task in ``add``; ``specs`` the spec (a JSON
+    object, as text) of those that have one. A task already held that comes with another
+    spec is restarted with the new one. A big set travels in ``parts`` frames with the same
+    ``(epoch, seq)``, numbered by ``part`` from 0; the worker applies it when it has them all.
     """
 
-    epoch: int
-    seq: int
-    incarnation: int
-    lease: float
-    answers_seq: int
-    answers_sent_at: float
+    epoch: UInt
+    seq: UInt
+    incarnation: UInt
+    lease: Num
+    answers_seq: UInt
+    answers_sent_at: Num
     reset: bool = False
-    add: tuple[str, ...] = ()
-    remove: tuple[str, ...] = ()
+    add: TaskList = ()
+    remove: TaskList = ()
+    tokens: TaskMap = msgspec.field(default_factory=dict)
+    specs: Specs = msgspec.field(default_factory=dict)
+    part: UInt = 0
+    parts: Annotated[int, msgspec.Meta(ge=1, le=MAX_PARTS)] = 1
 
 
-@dataclass(frozen=True)
-class Refusal:
+class Refusal(_Message, frozen=True):
     """The supervisor will not accept this worker incarnation (``code`` says why)."""
 
-    epoch: int
-    incarnation: int
-    code: str
-    reason: str
+    epoch: UInt
+    incarnation: UInt
+    code: Id
+    reason: Text
 
 
-@dataclass(frozen=True)
-class ControlRequest:
-    """A control verb for the supervisor (see the verb registry in the supervisor package)."""
+class ControlRequest(_Message, frozen=True):
+    """A control verb for the supervisor (see the verb registry in the supervisor package).
+    ``args`` hold plain values only (`codec` checks them: depth, finite numbers)."""
 
-    request_id: int
-    verb: str
-    args: dict[str, Any] = field(default_factory=dict)
+    request_id: UInt
+    verb: Id
+    args: dict[Id, Any] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class ControlError:
+class ControlError(_Message, frozen=True):
     """The fixed shape of every control error: a stable ``code`` and a sentence."""
 
-    code: str
-    message: str
+    code: Id
+    message: Text
 
 
-@dataclass(frozen=True)
-class ControlReply:
+class ControlReply(_Message, frozen=True):
     """The answer to one `ControlRequest`: ``result`` when ``error`` is None."""
 
-    request_id: int
+    request_id: UInt
     result: Any = None
     error: ControlError | None = None
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(_Message, frozen=True):
     """A request for a serving worker (a client's `Router` → the worker's ``--serve`` socket).
 
     ``task`` is the task it is for — the worker answers it only while it owns that task — or
@@ -129,13 +187,12 @@ class Request:
     ``id`` is the client's own number for it, echoed in the reply.
     """
 
-    id: int
-    task: str | None
+    id: UInt
+    task: Id | None
     body: Any = None
 
 
-@dataclass(frozen=True)
-class Reply:
+class Reply(_Message, frozen=True):
     """A serving worker's answer to one `Request`, with its load report.
 
     ``code``: ``ok`` (``body`` is the handler's reply), ``not_owner`` (the worker did not run
@@ -146,27 +203,27 @@ class Reply:
     worker's recent past, from all its clients; ``lame_duck`` asks for no new requests.
     """
 
-    id: int
-    code: str = "ok"
+    id: UInt
+    code: ReplyCode = "ok"
     body: Any = None
-    error: str | None = None
-    version: tuple[int, int] = (0, 0)
-    qps: float = 0.0
-    utilization: float = 0.0
-    errors: float = 0.0
+    error: Text | None = None
+    version: tuple[UInt, UInt] = (0, 0)
+    qps: Num = 0.0
+    utilization: Num = 0.0
+    errors: Num = 0.0
     lame_duck: bool = False
 
 
 # Reply codes.
-REPLY_OK = "ok"
-REPLY_NOT_OWNER = "not_owner"
-REPLY_ERROR = "error"
+REPLY_OK: Final = "ok"
+REPLY_NOT_OWNER: Final = "not_owner"
+REPLY_ERROR: Final = "error"
 
 # Error codes of ControlError; scripts may rely on them.
 ERR_BAD_REQUEST = "bad_request"
 ERR_UNKNOWN_VERB = "unknown_verb"
 ERR_NOT_FOUND = "not_found"
-ERR_NOT_LEADER = "not_leader"
+ERR_NOT_LEADER = "not_leader"  # a standby: ask the leader (the message names it when known)
 ERR_INTERNAL = "internal"
 
 # Refusal codes.
@@ -174,3 +231,10 @@ REFUSE_DUPLICATE_ID = "duplicate_id"
 REFUSE_UNAUTHORIZED = "unauthorized"
 
 Message = Status | Instructions | Refusal | ControlRequest | ControlReply | Request | Reply
+
+# The kind each message travels under, in the envelope ``[version, kind, body]``.
+KINDS: dict[type[Message], str] = {
+    Status: "status", Instructions: "instructions", Refusal: "refusal",
+    ControlRequest: "control_request", ControlReply: "control_reply",
+    Request: "request", Reply: "reply",
+}

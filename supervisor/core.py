@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.common.placement import Mode
-from corral.common.protocol import REFUSE_DUPLICATE_ID, Refusal, Status, WorkerState
+from corral.common.protocol import REFUSE_DUPLICATE_ID, Refusal, Status, WorkerState, token_epoch
 
 from .config import SupervisorConfig
 from .events import (
@@ -255,7 +255,7 @@ class SupervisorCore(Leadership):
     def _notice_epochs(self, st: Status) -> None:
         """Before this supervisor has said anything of substance, it takes an epoch above any
         a worker has seen — a lost state file must not make workers ignore it."""
-        seen = max(st.applied[0], max(st.running.values(), default=0))
+        seen = max(st.applied[0], token_epoch(max(st.running.values(), default=0)))
         if seen < self.epoch or self.config.ha:  # with HA the epoch is etcd's fencing token
             return
         if self._content_sent:

@@ -29,6 +29,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import zmq
 
 from corral.common import codec
@@ -39,6 +40,7 @@ from corral.common.protocol import (
     REPLY_NOT_OWNER,
     REPLY_OK,
     Reply,
+    ReplyCode,
     Request,
     Status,
 )
@@ -136,7 +138,7 @@ class Server:
         counters["requests"] += n
         return n
 
-    def _answer(self, req: Request) -> tuple[str, Any, str | None]:
+    def _answer(self, req: Request) -> tuple[ReplyCode, Any, str | None]:
         """``(code, body, error)`` for one request."""
         task, owns, clock = req.task, self._machine.owns, self._clock
         start = clock()
@@ -166,7 +168,7 @@ class Server:
         self.counters["served"] += 1
         return REPLY_OK, body, None
 
-    def _send(self, identity: bytes, rid: int, answer: tuple[str, Any, str | None]) -> None:
+    def _send(self, identity: bytes, rid: int, answer: tuple[ReplyCode, Any, str | None]) -> None:
         m, machine = self.meter, self._machine
         code, body, error = answer
         lame = self._closing or machine.phase is not Phase.READY
@@ -176,7 +178,7 @@ class Server:
             frame = codec.encode(reply)
         except TypeError as exc:  # the handler returned something msgpack cannot carry
             self.counters["serve_errors"] += 1
-            frame = codec.encode(dataclasses.replace(
+            frame = codec.encode(msgspec.structs.replace(
                 reply, code=REPLY_ERROR, body=None, error=f"cannot encode the reply: {exc}"))
         try:
             self.socket.send(identity, NOBLOCK | SNDMORE)
@@ -190,7 +192,7 @@ class Server:
         """``status`` with the serve address and the current load report."""
         m = self.meter
         m.roll(self._clock())
-        return dataclasses.replace(status, serve=self.advertise, qps=m.qps,
+        return msgspec.structs.replace(status, serve=self.advertise, qps=m.qps,
                                    utilization=m.utilization, errors=m.errors)
 
     def close(self) -> None:

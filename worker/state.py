@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from corral.common.protocol import Instructions, Refusal, Status, WorkerState
+from corral.common.protocol import Instructions, Refusal, Status, WorkerState, make_token
 
 from . import events as ev
 from .config import LeaseLoss, WorkerConfig
@@ -68,7 +68,7 @@ class _Task:
     """Mutable bookkeeping for one held task (internal; never leaves the machine)."""
 
     state: TaskState
-    epoch: int
+    token: int  # the fencing token of the assignment it runs under
     failures: int = 0
     since: float = 0.0  # when it entered RUNNING
     retry_at: float = 0.0  # BACKOFF: when to start it again
@@ -224,18 +224,20 @@ class WorkerMachine:
             removed = {t for t in self._tasks if t not in keep}
         for task in sorted(removed):
             self._stop(task, out)
+        tokens = msg.tokens
         for task in wanted:
             rec = self._tasks.get(task)
+            token = tokens.get(task) or make_token(msg.epoch, 0)
             if rec is None:
                 if may_start:
-                    self._tasks[task] = _Task(TaskState.STARTING, msg.epoch)
+                    self._tasks[task] = _Task(TaskState.STARTING, token)
                     out.append(ev.StartTask(task))
                 else:
                     self.counters["adds_not_started"] += 1
             elif rec.state is not TaskState.STOPPING:
-                rec.epoch = msg.epoch  # held: left alone, now confirmed by this epoch
+                pass  # held: left alone, under the token it was started with
             elif may_start:
-                rec.epoch = msg.epoch
+                rec.token = token
                 rec.wanted_again = True
             else:
                 self.counters["adds_not_started"] += 1
@@ -374,7 +376,7 @@ class WorkerMachine:
             seq=self._seq,
             sent_at=now,
             max_load=self._cfg.max_load,
-            running={t: rec.epoch for t, rec in self._tasks.items()},
+            running={t: rec.token for t, rec in self._tasks.items()},
             state=_REPORTED[self._phase],
             applied=self._applied,
             failures={t: rec.failures for t, rec in self._tasks.items() if rec.failures},

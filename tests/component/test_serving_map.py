@@ -3,7 +3,9 @@ model workers that serve requests."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+import msgspec
 
 from corral.common.protocol import Status, WorkerState
 from corral.common.routemap import parse
@@ -19,7 +21,7 @@ class ServingWorker(ModelWorker):
     serve: str | None = None
 
     def report(self, now: float) -> Status:
-        return replace(super().report(now), serve=self.serve)
+        return msgspec.structs.replace(super().report(now), serve=self.serve)
 
 
 def map_of(h: Harness, **args: object) -> dict[str, object] | None:

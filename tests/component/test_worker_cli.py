@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from corral.common.protocol import WorkerState
+from corral.common.protocol import WorkerState, make_token
 
 from . import test_worker_support as support
 from .test_worker_support import WAIT, WORKER, FakeSupervisor, Workers, journal, wait_until
+
+E7 = make_token(7, 0)  # the token of a task given by a set of epoch 7 that names none
 
 supervisor_fixture = support.supervisor_fixture  # the `supervisor` fixture
 workers_fixture = support.workers_fixture  # the `workers` fixture
@@ -68,10 +70,10 @@ def test_sigterm_drains_lame_duck_and_exits_0_once_empty(
     _holding(supervisor, ("a", "b"))
     proc.send_signal(signal.SIGTERM)
     status = supervisor.wait_for(lambda s: s.state == WorkerState.LAME_DUCK)
-    assert status.running == {"a": 7, "b": 7}
+    assert status.running == {"a": E7, "b": E7}
     supervisor.answer(status, add=("c",), remove=("a",))  # removes apply, adds do not
     status = supervisor.wait_for(lambda s: s.applied == (7, 2))
-    assert status.running == {"b": 7} and proc.poll() is None
+    assert status.running == {"b": E7} and proc.poll() is None
     supervisor.answer(status, remove=("b",))
     assert proc.wait(WAIT) == 0
     assert journal(path) == [("start", "a"), ("start", "b"), ("stop", "a"), ("stop", "b")]

@@ -12,11 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from corral.common.protocol import make_token
 from corral.worker.events import TaskFailed, TaskStopped
 from corral.worker.process import ExecRunner
 
 from . import test_worker_support as support
 from .test_worker_support import FakeSupervisor, Workers, alive, wait_until
+
+E7 = make_token(7, 0)  # the token of a task given by a set of epoch 7 that names none
 
 supervisor_fixture = support.supervisor_fixture  # the `supervisor` fixture
 workers_fixture = support.workers_fixture  # the `workers` fixture
@@ -130,7 +133,7 @@ def test_a_crashing_task_is_restarted_and_its_failures_reported(
     status = supervisor.recv()
     supervisor.answer(status, add=("t",))
     status = supervisor.wait_for(lambda s: s.failures.get("t", 0) >= 2)  # 0.5 s, then 1 s
-    assert status.running == {"t": 7} and proc.poll() is None
+    assert status.running == {"t": E7} and proc.poll() is None
     supervisor.answer(status, remove=("t",))
     status = supervisor.wait_for(lambda s: s.applied == (7, 2))
     assert status.running == {} and status.failures == {}

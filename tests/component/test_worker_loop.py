@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from corral.common.protocol import WorkerState
+from corral.common.protocol import WorkerState, make_token
 from corral.worker.channel import routing_id
 from corral.worker.config import WorkerConfig
 from corral.worker.loop import WorkerLoop
@@ -21,6 +21,8 @@ from corral.worker.runner import CallRunner
 
 from . import test_worker_support as support
 from .test_worker_support import WAIT, FakeSupervisor, free_port, wait_until
+
+E7 = make_token(7, 0)  # the token of a task given by a set of epoch 7 that names none
 
 supervisor_fixture = support.supervisor_fixture  # the `supervisor` fixture
 
@@ -118,7 +120,7 @@ def test_instruction_sets_drive_the_handler_and_stale_ones_are_dropped(
         supervisor: FakeSupervisor, worker: Running, recorder: Recorder) -> None:
     status = supervisor.recv()
     supervisor.answer(status, reset=True, add=("a", "b"))
-    status = supervisor.wait_for(lambda s: s.running == {"a": 7, "b": 7})
+    status = supervisor.wait_for(lambda s: s.running == {"a": E7, "b": E7})
     assert status.lease_held and status.applied == (7, 1)
     assert recorder.running == {"a", "b"}
 
@@ -128,7 +130,7 @@ def test_instruction_sets_drive_the_handler_and_stale_ones_are_dropped(
     supervisor.seq = 1
     supervisor.answer(status, add=("c",), remove=("b",))
     status = supervisor.wait_for(lambda s: s.applied == (7, 2))
-    assert status.running == {"a": 7, "c": 7} and recorder.running == {"a", "c"}
+    assert status.running == {"a": E7, "c": E7} and recorder.running == {"a", "c"}
     counters = worker.loop.counters()
     assert counters["sets_stale"] == 1 and counters["decode_errors"] == 1
 
@@ -148,7 +150,7 @@ def test_lease_lapse_stops_the_tasks_and_is_reported(
         supervisor: FakeSupervisor, worker: Running, recorder: Recorder) -> None:
     status = supervisor.recv()
     supervisor.answer(status, add=("a",), lease=0.5)  # and never again
-    supervisor.wait_for(lambda s: s.running == {"a": 7} and s.lease_held)
+    supervisor.wait_for(lambda s: s.running == {"a": E7} and s.lease_held)
     status = supervisor.wait_for(lambda s: not s.lease_held)
     status = supervisor.wait_for(lambda s: s.running == {})
     assert recorder.calls == [("start", "a"), ("stop", "a")]
@@ -177,7 +179,7 @@ def test_prewarm_reports_starting_until_ready(supervisor: FakeSupervisor) -> Non
         handler.is_ready = True
         status = supervisor.wait_for(lambda s: s.state == WorkerState.READY)
         supervisor.answer(status, add=("a",))
-        supervisor.wait_for(lambda s: s.running == {"a": 7})
+        supervisor.wait_for(lambda s: s.running == {"a": E7})
     finally:
         running.stop()
     assert running.result == 0 and handler.running == set()

@@ -15,7 +15,7 @@ from typing import Any
 import zmq
 
 from corral.common import codec
-from corral.common.protocol import Instructions, Refusal, Status, WorkerState
+from corral.common.protocol import Instructions, Refusal, Status, WorkerState, make_token
 
 
 @dataclass
@@ -59,15 +59,19 @@ class FakeWorker:
         if msg.reset:
             if self.running and set(self.running) != set(msg.add):
                 self.changes += len(set(self.running) ^ set(msg.add))
-            self.running = {t: msg.epoch for t in msg.add}
+            self.running = {t: self.running.get(t) or self._token(msg, t) for t in msg.add}
         else:
             if self.running:
                 self.changes += len(msg.remove) + len(set(msg.add) - set(self.running))
             for t in msg.remove:
                 self.running.pop(t, None)
             for t in msg.add:
-                self.running[t] = msg.epoch
+                self.running.setdefault(t, self._token(msg, t))
         return bool(msg.add or msg.remove or msg.reset)
+
+    @staticmethod
+    def _token(msg: Instructions, task: str) -> int:
+        return msg.tokens.get(task) or make_token(msg.epoch, 0)
 
 
 class Fleet:

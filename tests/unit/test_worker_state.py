@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from corral.common.protocol import Instructions, Refusal, Status, WorkerState
+from corral.common.protocol import Instructions, Refusal, Status, WorkerState, make_token
 from corral.worker.config import Backoff, LeaseLoss, WorkerConfig
 from corral.worker.events import (
     Action,
@@ -32,6 +33,11 @@ INC = 77
 CFG = WorkerConfig(supervisor="tcp://127.0.0.1:1", worker_id="w1", handler="log",
                    report_interval=1.0, drain_timeout=30.0,
                    backoff=Backoff(base=0.5, cap=4.0, reset_after=10.0))
+
+
+def T(epoch: int) -> int:
+    """The token of a task first given under ``epoch`` by a set that names none."""
+    return make_token(epoch, 0)
 
 
 class Sim:
@@ -120,7 +126,7 @@ def test_a_change_is_reported_on_the_next_tick_not_at_the_interval() -> None:
     s.send(add=("a",))
     assert s.m.next_deadline() == 0.0  # dirty: report now
     status = s.tick()
-    assert status is not None and status.running == {"a": 1} and status.applied == (1, 1)
+    assert status is not None and status.running == {"a": T(1)} and status.applied == (1, 1)
 
 
 # -- instruction sets --------------------------------------------------------------------------
@@ -134,7 +140,8 @@ def test_applied_set_starts_tasks_records_epoch_and_renews_the_lease() -> None:
     assert s.started == ["a", "b"]
     status = s.tick()
     assert status is not None
-    assert status.running == {"a": 9, "b": 9} and status.lease_held and status.applied == (9, 1)
+    assert status.running == {"a": T(9), "b": T(9)}
+    assert status.lease_held and status.applied == (9, 1)
     # The lease counts from the answered report's send time, not from receipt.
     s.at(104.99)
     assert s.m.task_states() == {"a": TaskState.RUNNING, "b": TaskState.RUNNING}
@@ -173,7 +180,8 @@ def test_reset_keeps_tasks_in_both_untouched_stops_the_rest_starts_the_missing()
     s.started.clear()
     s.send(add=("b", "c", "d"), reset=True, epoch=2)
     assert s.started == ["d"] and s.stopped == ["a"]
-    assert s.report().running == {"b": 2, "c": 2, "d": 2}
+    # Held tasks keep the token they were started under; a new one gets its own.
+    assert s.report().running == {"b": T(1), "c": T(1), "d": T(2)}
 
 
 def test_add_of_a_held_task_leaves_it_alone_and_remove_wins_over_add() -> None:
@@ -182,7 +190,7 @@ def test_add_of_a_held_task_leaves_it_alone_and_remove_wins_over_add() -> None:
     s.started.clear()
     s.send(add=("a", "b", "c"), remove=("b", "c"), epoch=2)
     assert s.started == [] and s.stopped == ["b"]
-    assert s.report().running == {"a": 2}
+    assert s.report().running == {"a": T(1)}
 
 
 def test_an_empty_set_only_renews_the_lease() -> None:
@@ -229,7 +237,7 @@ def test_lease_lapse_with_keep_keeps_the_tasks() -> None:
     s.send(add=("a",), lease=3.0)
     status = s.at(103.0)
     assert s.stopped == [] and status is not None
-    assert status.running == {"a": 1} and not status.lease_held
+    assert status.running == {"a": T(1)} and not status.lease_held
     assert "lease lost: no renewal from the supervisor" in s.logs("warning")
 
 
@@ -257,7 +265,7 @@ def test_no_task_starts_without_a_lease() -> None:
 def test_an_echoed_send_time_later_than_our_last_report_is_clamped() -> None:
     s = Sim()
     real = s.report()
-    forged = replace(real, sent_at=real.sent_at + 1000.0)
+    forged = msgspec.structs.replace(real, sent_at=real.sent_at + 1000.0)
     s.send(add=("a",), lease=3.0, answers=forged)
     s.at(real.sent_at + 3.0)
     assert s.m.task_states() == {}
@@ -337,7 +345,7 @@ def test_lame_duck_applies_removes_starts_nothing_and_exits_once_empty() -> None
     s.feed(StopRequested())
     status = s.tick()
     assert status is not None and status.state == WorkerState.LAME_DUCK
-    assert status.running == {"a": 1, "b": 1}
+    assert status.running == {"a": T(1), "b": T(1)}
     s.send(add=("c",), remove=("a",))
     assert s.started == ["a", "b"] and s.stopped == ["a"]
     out = s.send(add=("b", "d"), reset=True)  # keeps b, starts no d
@@ -397,12 +405,12 @@ def test_a_stopping_task_is_still_reported_and_restarts_if_added_again() -> None
     s = Sim(async_stop=True)
     s.send(add=("a",))
     s.send(remove=("a",), epoch=1)
-    assert s.report().running == {"a": 1}  # still running until it has really stopped
+    assert s.report().running == {"a": T(1)}  # still running until it has really stopped
     s.send(add=("a",), epoch=2)
     assert s.started == ["a"]  # not started twice at once
     s.feed(TaskStopped("a"))
     assert s.started == ["a", "a"]
-    assert s.report().running == {"a": 2}
+    assert s.report().running == {"a": T(2)}  # restarted under the new grant
 
 
 def test_sets_are_ignored_while_stopping() -> None:
