@@ -21,6 +21,7 @@ class ConfigError(CorralError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(f"{key}: {message}")
         self.key = key
+        self.message = message
 
 
 class TaskSourceError(CorralError):

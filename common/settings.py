@@ -169,18 +169,6 @@ def parse_file(text: str, file_name: str) -> dict[str, Any]:
     return {k.replace("-", "_"): v for k, v in data.items()}
 
 
-def read_file(path: str) -> dict[str, Any]:
-    """A TOML configuration file's keys, or ConfigError("config", …) if it cannot be read."""
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError as exc:
-        raise ConfigError("config", f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError("config", f"{path} is not UTF-8 text") from None
-    return parse_file(text, path)
-
-
 def resolve(
     settings: Sequence[Setting],
     flags: Mapping[str, Any],
@@ -205,30 +193,3 @@ def resolve(
         else:
             out[s.name] = s.default
     return out
-
-
-def click_options(settings: Sequence[Setting]) -> Callable[[Any], Any]:
-    """Decorate a click command with one option per setting. Each option defaults to None so
-    `resolve` can tell "not given" from "given"; ``--help`` shows the real default and the
-    environment variable."""
-    import click  # here, so the pure core does not need click at import time
-
-    def decorate(fn: Any) -> Any:
-        for s in reversed(settings):
-            shown = "" if s.default is None or s.default == "" else f" [default: {s.default}]"
-            extra = f"{s.help}{shown} (env {s.env})"
-            if s.kind == "bool":
-                fn = click.option(f"{s.flag}/--no-{s.flag[2:]}", s.name, default=None, help=extra)(
-                    fn
-                )
-            else:
-                metavar = s.metavar or {"seconds": "SECONDS", "int": "N", "number": "X"}.get(
-                    s.kind, "TEXT"
-                )
-                kind: Any = click.Choice(s.choices) if s.choices else click.STRING
-                fn = click.option(
-                    s.flag, s.name, type=kind, default=None, metavar=metavar, help=extra
-                )(fn)
-        return fn
-
-    return decorate

@@ -21,6 +21,7 @@ import json
 import math
 import tomllib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from .codec import MAX_ID_CHARS
@@ -119,3 +120,14 @@ def parse_text(text: str, name: str) -> dict[str, float]:
     if name.endswith(".toml"):
         return parse_toml(text, name)
     return parse_lines(text, name)
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    """One task as its source describes it: cost, spec (canonical JSON text), required
+    worker labels, and replicas (None: the supervisor's --replicas)."""
+
+    cost: float = 1.0
+    spec: str | None = None
+    require: Mapping[str, str] = field(default_factory=dict)
+    replicas: int | None = None

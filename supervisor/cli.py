@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
+from corral.cli.options import click_options
+from corral.cli.usage import CONTEXT, OneLineErrors
 from corral.common import logs
 from corral.common.errors import ConfigError
-from corral.common.settings import click_options
-from corral.common.usage import CONTEXT, OneLineErrors
 
 from . import config as config_mod
 from . import curve

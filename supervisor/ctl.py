@@ -10,21 +10,22 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-import zmq.auth
 
+from corral.cli.usage import CONTEXT, OneLineErrors
+from corral.client.control import DEFAULT_CONTROL, ControlClient, CurveKeys
+from corral.client.errors import ControlFailed, Unreachable
 from corral.common import routemap
-from corral.common.errors import ProtocolError
-from corral.common.usage import CONTEXT, OneLineErrors
+from corral.common.errors import ConfigError, ProtocolError
 
-from .client import DEFAULT_CONTROL, ControlFailed, Unreachable, request
 from .verbs import VERBS, Verb
 
 
 @click.group(cls=OneLineErrors, context_settings=CONTEXT)
 @click.option("--control", envvar="CORRAL_CONTROL", default=DEFAULT_CONTROL, show_default=True,
-              help="the supervisor's control endpoint (env CORRAL_CONTROL)")
+              help="the supervisor's control endpoint; with HA, several separated by commas: "
+              "the leader answers (env CORRAL_CONTROL)")
 @click.option("--timeout", type=float, default=3.0, show_default=True,
-              help="seconds to wait for an answer")
+              help="seconds to wait for an answer (per endpoint)")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True, help="tables for people, JSON for scripts")
 @click.option("--curve-server-key", envvar="CORRAL_CURVE_SERVER_KEY", metavar="FILE",
@@ -38,31 +39,48 @@ def main(ctx: click.Context, control: str, timeout: float, output: str,
          curve_server_key: str | None, curve_secret_key: str | None) -> None:
     """Inspect and steer a running corral supervisor.
 
-    Exit status: 0 on success, 1 when the supervisor is unreachable or answers with an error,
-    2 for bad usage.
+    Lists (workers, tasks, assignments) come in pages from the supervisor; without --limit
+    corralctl fetches them all. Exit status: 0 on success, 1 when the supervisor is unreachable
+    or answers with an error, 2 for bad usage.
     """
     curve = None
     if curve_server_key or curve_secret_key:
         if not (curve_server_key and curve_secret_key):
             raise click.UsageError("--curve-server-key and --curve-secret-key go together")
         try:
-            server, _ = zmq.auth.load_certificate(curve_server_key)
-            public, secret = zmq.auth.load_certificate(curve_secret_key)
-        except (OSError, ValueError) as exc:
-            raise click.UsageError(f"cannot load a key: {exc}") from None
-        if not secret:
-            raise click.UsageError(f"{curve_secret_key} holds no secret key (.key_secret)")
-        curve = (server, public, secret)
-    ctx.obj = {"control": control, "timeout": timeout, "output": output, "curve": curve}
+            curve = CurveKeys.load(curve_server_key, curve_secret_key)
+        except ConfigError as exc:
+            raise click.UsageError(exc.message) from None
+    try:
+        client = ControlClient(control, curve=curve, timeout=timeout)
+    except ConfigError as exc:
+        raise click.UsageError(f"--control: {exc.message}") from None
+    ctx.call_on_close(client.close)
+    ctx.obj = {"client": client, "output": output}
 
 
 def _call(ctx: click.Context, verb: str, args: dict[str, Any]) -> Any:
-    o = ctx.obj
     try:
-        return request(o["control"], verb, args, o["timeout"], o["curve"])
+        return ctx.obj["client"].call(verb, args)
     except (Unreachable, ControlFailed) as exc:
         click.echo(f"corralctl: {exc}", err=True)
         sys.exit(1)
+
+
+def _call_all(ctx: click.Context, verb: str, args: dict[str, Any], key: str) -> Any:
+    """Every page of a paged list (unless --limit asked for one page)."""
+    result = _call(ctx, verb, args)
+    if args.get("limit"):
+        return result
+    while result.get("next") is not None:
+        more = _call(ctx, verb, {**args, "after": result["next"]})
+        rows = more[key]
+        if isinstance(rows, dict):
+            result[key].update(rows)
+        else:
+            result[key].extend(rows)
+        result["next"] = more.get("next")
+    return result
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -77,16 +95,25 @@ def _fmt_status(r: dict[str, Any]) -> str:
 
 
 def _fmt_workers(r: dict[str, Any]) -> str:
-    rows = [[w["id"], w["state"], f"{w['running']:g}/{w['max_load']:g}",
+    rows = [[w["id"], w["state"], w.get("zone") or "-", f"{w['running']:g}/{w['max_load']:g}",
              f"{w['utilization']:.0%}", f"{w['last_report_age_s']:.1f}s", w["address"],
              w.get("conflict") or ""] for w in r["workers"]]
-    return _table(rows, ["WORKER", "STATE", "RUNNING", "UTIL", "LAST REPORT", "ADDRESS", "NOTE"])
+    out = _table(rows, ["WORKER", "STATE", "ZONE", "RUNNING", "UTIL", "LAST REPORT", "ADDRESS",
+                        "NOTE"])
+    return out + _more(r)
+
+
+def _more(r: dict[str, Any]) -> str:
+    return f"\n… more after {r['next']} (--after {r['next']})" if r.get("next") else ""
 
 
 def _fmt_tasks(r: dict[str, Any]) -> str:
-    rows = [[t["task"], ",".join(t["owners"]) or "-", str(t["missing"]) if t["missing"] else "",
-             ",".join(t["failing_on"])] for t in r["tasks"]]
-    return _table(rows, ["TASK", "OWNERS", "MISSING", "FAILING ON"])
+    rows = [[t["task"], ",".join(t["owners"]) or "-",
+             ",".join(str(t["tokens"].get(o, "-")) for o in t["owners"]) or "-",
+             str(t["missing"]) if t["missing"] else "",
+             t.get("pending_reason") or "", ",".join(t["failing_on"])] for t in r["tasks"]]
+    return _table(rows, ["TASK", "OWNERS", "TOKENS", "MISSING", "WHY PENDING", "FAILING ON"]
+                  ) + _more(r)
 
 
 def _fmt_assignments(r: dict[str, Any]) -> str:
@@ -94,7 +121,7 @@ def _fmt_assignments(r: dict[str, Any]) -> str:
     out = f"version {r['version']}\n" + _table(rows, ["TASK", "WORKERS"])
     if r["pending"]:
         out += f"\npending: {', '.join(r['pending'])}"
-    return out
+    return out + _more(r)
 
 
 def _fmt_map(r: dict[str, Any] | None) -> str:
@@ -117,6 +144,7 @@ def _fmt_route(r: dict[str, Any]) -> str:
     return head + table + str(r["verdict"])
 
 
+PAGED = {"workers": "workers", "tasks": "tasks", "assignments": "assignments"}
 FORMATS: dict[str, Callable[[Any], str]] = {
     "status": _fmt_status, "counters": _fmt_status, "workers": _fmt_workers, "tasks": _fmt_tasks,
     "assignments": _fmt_assignments, "map": _fmt_map,
@@ -127,7 +155,9 @@ def _make_command(verb: Verb) -> click.Command:
     def callback(**kw: Any) -> None:
         ctx = click.get_current_context()
         args = {k: v for k, v in kw.items() if v not in (None, False)}
-        result = _call(ctx, verb.name, args)
+        key = PAGED.get(verb.name)
+        result = (_call_all(ctx, verb.name, args, key) if key else
+                  _call(ctx, verb.name, args))
         if ctx.obj["output"] == "json":
             click.echo(json.dumps(result, indent=2, sort_keys=True))
         else:
@@ -141,8 +171,8 @@ def _make_command(verb: Verb) -> click.Command:
         elif a.kind is bool:
             params.append(click.Option([f"--{a.name}"], is_flag=True, help=a.help))
         elif a.kind is int:
-            params.append(click.Option([f"--{a.name.replace('_', '-')}", a.name], type=int,
-                                       help=a.help))
+            params.append(click.Option([f"--{a.name.replace('_', '-')}", a.name],
+                                       type=click.IntRange(min=a.minimum), help=a.help))
         else:
             params.append(click.Option([f"--{a.name}"], help=a.help))
     return click.Command(verb.name, callback=callback, params=params, help=verb.help + ".")
@@ -174,20 +204,37 @@ def route(ctx: click.Context, task: str | None, key: str | None) -> None:
         click.echo(_fmt_route(result))
 
 
+def _fmt_event(e: dict[str, Any], now: float) -> str:
+    fields = " ".join(f"{k}={v}" for k, v in e.items()
+                      if k not in ("seq", "t", "kind") and v not in (None, ""))
+    return f"{e['seq']:>7}  {now - e['t']:7.1f}s ago  {e['kind']:<10} {fields}"
+
+
 @main.command()
-@click.option("--interval", type=float, default=2.0, show_default=True, help="seconds between")
-@click.option("--count", type=int, default=0, help="stop after this many refreshes (0: never)")
+@click.option("--interval", type=float, default=1.0, show_default=True,
+              help="seconds between asks for new events")
+@click.option("--count", type=int, default=0, help="stop after this many asks (0: never)")
+@click.option("--kind", multiple=True, help="only events of this kind (repeatable): join, "
+              "timeout, move, handoff, rebalance, tasks, role, refused, …")
 @click.pass_context
-def watch(ctx: click.Context, interval: float, count: int) -> None:
-    """Refresh status and workers until interrupted."""
-    n = 0
+def watch(ctx: click.Context, interval: float, count: int, kind: tuple[str, ...]) -> None:
+    """Follow the supervisor's change feed: joins, timeouts, moves and why, hand-offs, task
+    lists, HA role changes, refusals — as they happen (newest last)."""
+    n, cursor = 0, None
     try:
         while True:
-            status = _call(ctx, "status", {})
-            workers = _call(ctx, "workers", {})
-            if sys.stdout.isatty():
-                click.clear()
-            click.echo(_fmt_status(status) + "\n\n" + _fmt_workers(workers) + "\n")
+            args: dict[str, Any] = {} if cursor is None else {"after": cursor}
+            page = _call(ctx, "events", args)
+            if page["missed"]:
+                click.echo(f"… {page['missed']} events missed (the feed holds the newest "
+                           f"{page['last'] - page['first'] + 1})")
+            for e in page["events"]:
+                if not kind or e["kind"] in kind:
+                    if ctx.obj["output"] == "json":
+                        click.echo(json.dumps(e, sort_keys=True))
+                    else:
+                        click.echo(_fmt_event(e, page["now"]))
+            cursor = page["cursor"]
             n += 1
             if count and n >= count:
                 return

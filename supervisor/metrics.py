@@ -1,8 +1,8 @@
 """Prometheus metrics, served with prometheus_client on ``--metrics HOST:PORT``.
 
-The loop thread owns all state. Counters are plain integers the core bumps; gauges are a
-snapshot the loop refreshes about once a second. The HTTP thread only reads those two (an int
-read and a reference swap are atomic in CPython), so scraping never touches live dicts.
+The loop thread owns all state. Counters and gauges are a snapshot the loop refreshes about
+once a second (`refresh`); the HTTP thread only reads the snapshot (a reference swap is atomic
+in CPython), so scraping never touches live state.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Summa
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from .core import SupervisorCore
+    from .queries import Queries
 
 COUNTERS = {
     "messages_in": "messages received on the worker endpoint",
@@ -33,9 +33,13 @@ COUNTERS = {
     "joins": "workers that joined",
     "restarts": "workers that came back with a new incarnation",
     "duplicate_ids": "second live workers refused for using a taken id",
+    "contested_ids": "second processes that reported under a live worker's id",
     "lease_expiries": "workers whose lease + margin passed in silence",
     "assignment_events": "assignment events",
     "tasks_moved": "task replicas started somewhere new",
+    "rebalance_moves": "replicas moved to balance the load (make-before-break)",
+    "spec_changes": "tasks restarted by their owners with a new spec",
+    "set_parts": "frames of instruction sets sent in parts",
     "reconciliations": "corrective instruction sets",
     "resends": "instruction sets resent as a reset after a loss",
     "task_queries": "task queries completed",
@@ -44,35 +48,33 @@ COUNTERS = {
 }
 
 
-def snapshot(core: SupervisorCore) -> dict[str, Any]:
+def snapshot(q: Queries) -> dict[str, Any]:
     """Gauges, computed on the loop thread."""
-    by_state: dict[str, int] = {}
-    for rec in core.workers.values():
-        state = rec.display_state
-        by_state[state] = by_state.get(state, 0) + 1
-    p = core.placement
+    summary = q.placement_summary()
     return {
-        "workers": by_state,
-        "tasks_assigned": sum(1 for t in p.tasks if p.owners(t)),
-        "tasks_pending": len(p.pending()),
-        "epoch": core.epoch,
+        "workers": q.worker_states(),
+        "tasks_assigned": summary["tasks_assigned"],
+        "tasks_pending": summary["tasks_pending"],
+        "balanced": 1 if summary["balanced"] else 0,
+        "handoffs": summary["handoffs"],
+        "epoch": q.lifecycle()[1],
     }
 
 
 class CorralCollector(Collector):
-    def __init__(self, core: SupervisorCore) -> None:
-        self.core = core
-        self.gauges: dict[str, Any] = snapshot(core)
+    def __init__(self, q: Queries) -> None:
+        self.gauges: dict[str, Any] = snapshot(q)
+        self.counters: dict[str, float] = q.counters()
 
     def collect(self) -> Iterator[Any]:
-        c = self.core.counters
+        c = self.counters
         for name, doc in COUNTERS.items():
-            yield CounterMetricFamily(f"corral_{name}", doc, value=getattr(c, name))
+            yield CounterMetricFamily(f"corral_{name}", doc, value=c[name])
         yield SummaryMetricFamily("corral_assignment_event_seconds",
                                   "time spent computing assignment events (timers, task "
                                   "queries, commands, joins)",
-                                  count_value=c.assignment_events,
-                                  sum_value=c.assignment_seconds)
+                                  count_value=int(c["assignment_events"]),
+                                  sum_value=c["assignment_seconds"])
         g = self.gauges
         workers = GaugeMetricFamily("corral_workers", "workers by state", labels=["state"])
         for state, n in sorted(g["workers"].items()):
@@ -82,13 +84,23 @@ class CorralCollector(Collector):
                                 value=g["tasks_assigned"])
         yield GaugeMetricFamily("corral_tasks_pending", "tasks short of replicas",
                                 value=g["tasks_pending"])
+        yield GaugeMetricFamily("corral_balanced", "1 when the placement meets the balance "
+                                "criterion (no rebalance pass has moves left)",
+                                value=g["balanced"])
+        yield GaugeMetricFamily("corral_handoffs", "make-before-break hand-offs in flight",
+                                value=g["handoffs"])
         yield GaugeMetricFamily("corral_epoch", "the supervisor's epoch", value=g["epoch"])
 
+    def refresh(self, q: Queries) -> None:
+        """On the loop thread: new values; the HTTP thread only swaps in references."""
+        self.gauges = snapshot(q)
+        self.counters = q.counters()
 
-def serve(core: SupervisorCore, hostport: str) -> CorralCollector:
+
+def serve(q: Queries, hostport: str) -> CorralCollector:
     host, _, port = hostport.rpartition(":")
     registry = CollectorRegistry()
-    collector = CorralCollector(core)
+    collector = CorralCollector(q)
     registry.register(collector)
     start_http_server(int(port), addr=host, registry=registry)
     return collector

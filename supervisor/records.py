@@ -1,30 +1,19 @@
-"""What the supervisor keeps per worker, and the supervisor's own lifecycle phase."""
+"""What the supervisor keeps per worker: one compact record (slots), shared by the parts.
+
+Each part owns its own fields — the registry the identity, the clocks and the incarnation
+bookkeeping; the dispatcher the numbering of instruction sets and what the worker is expected
+to confirm; the assigner ``desired`` — so a report on the hot path touches one object.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum
 
 from corral.common.protocol import Status
 
 
-class Phase(StrEnum):
-    """The supervisor's lifecycle (the seed's four phases).
-
-    warmup   -> querying   the warm-up ended (its timer, or --expect-workers reported)
-    querying -> running    the first task list arrived; the assignment was rebuilt and sent
-    querying -> querying   the first query failed: retried after --query-retry
-    any      -> stopping   shutdown was asked for (SIGTERM, SIGINT, `corralctl shutdown`)
-    """
-
-    WARMUP = "warmup"
-    QUERYING = "querying"
-    RUNNING = "running"
-    STOPPING = "stopping"
-
-
 class WorkerRecord:
-    """One worker, as known from its reports. Mutable; owned by `SupervisorCore`.
+    """One worker, as known from its reports. Mutable; owned by the registry.
 
     ``active`` turns False when its timeout fires (no report for lease + margin) and True when
     it reports again. Instruction sets to it are numbered ``out_seq`` within this epoch and
@@ -35,52 +24,48 @@ class WorkerRecord:
     __slots__ = (
         "active",
         "conflict",
+        "contender",
         "desired",
         "digest",
         "drained",
         "expect",
         "expect_seq",
         "expect_since",
-        "first_seen",
         "got_reset",
         "id",
         "identity",
         "incarnation",
+        "last_probe",
         "last_received",
         "last_sent_at",
         "last_seq",
         "mismatch_since",
         "out_seq",
         "prev_incarnation",
-        "prev_reports",
         "refused",
         "resend_wait",
         "seen_sent_at",
         "status",
-        "takeover_at",
     )
 
     def __init__(self, status: Status, identity: bytes, now: float) -> None:
         self.id = status.worker
-        self.identity = identity
-        self.incarnation = status.incarnation
-        self.status = status
-        self.first_seen = now
         self.last_received = now
-        self.last_seq = status.seq
         self.active = True
         self.drained = False
         self.conflict: str | None = None
-        # Placement's live set of the tasks this worker should run (see Assigner._bind).
+        # A second incarnation of this id that reported while this one is alive: it is sent
+        # nothing until this one is known to be gone (see Registry). (identity, status)
+        self.contender: tuple[bytes, Status] | None = None
+        self.last_probe = -1e18
+        # The assigner's live view of the tasks this worker should run (placement's own set).
         self.desired: Mapping[str, None] = {}
         self.refused: dict[int, None] = {}
         self.prev_incarnation = 0
-        self.prev_reports = 0
-        self.takeover_at = -1e18
         self.new_incarnation(status, identity)
 
     def new_incarnation(self, status: Status, identity: bytes) -> None:
-        """Per-incarnation counters start over (a restarted worker process)."""
+        """Per-incarnation state starts over (a restarted worker process)."""
         self.incarnation = status.incarnation
         self.identity = identity
         # The last report whose content changed; a settled worker's later reports (same
@@ -89,6 +74,11 @@ class WorkerRecord:
         self.last_seq = status.seq
         self.seen_sent_at = status.sent_at
         self.digest: int | None = None
+        self.contender = None
+        self.reset_numbering()
+
+    def reset_numbering(self) -> None:
+        """Instruction sets start over: a new incarnation, or a new epoch (HA promotion)."""
         self.out_seq = 0
         self.last_sent_at = -1e18
         self.expect_seq = 0
@@ -96,7 +86,8 @@ class WorkerRecord:
         self.expect_since = 0.0
         self.mismatch_since: float | None = None
         self.got_reset = False
-        self.resend_wait = 0.0  # set by the core: one report interval, doubled per resend
+        self.resend_wait = 0.0  # set by the dispatcher: a report interval, doubled per resend
+        self.digest = None
 
     @property
     def display_state(self) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.common.errors import ConfigError, TaskSourceError
-from corral.common.tasklist import normalize, parse_json, parse_lines, parse_text
+from corral.common.tasklist import TaskEntry, normalize, parse_json, parse_lines, parse_text
 
 from .events import TasksFetched
 
@@ -134,7 +134,8 @@ class Fetcher:
 
     def _run(self, reset: bool) -> None:
         try:
-            result = TasksFetched(self.source.fetch(self.timeout), None, reset)
+            fetched = self.source.fetch(self.timeout)
+            result = TasksFetched({t: TaskEntry(c) for t, c in fetched.items()}, None, reset)
         except TaskSourceError as exc:
             result = TasksFetched(None, str(exc), reset)
         with self._lock:

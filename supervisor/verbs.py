@@ -15,12 +15,13 @@ from corral.common.protocol import (
     ERR_BAD_REQUEST,
     ERR_INTERNAL,
     ERR_NOT_FOUND,
+    ERR_NOT_LEADER,
     ERR_UNKNOWN_VERB,
     ControlError,
 )
 
 from . import views
-from .events import Action, Command
+from .events import Action, Command, Log
 
 if TYPE_CHECKING:
     from .core import SupervisorCore
@@ -33,6 +34,7 @@ class Arg:
     help: str
     positional: bool = False
     required: bool = False
+    minimum: int | None = None  # for ints
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class Verb:
 
 def _view(fn: Callable[..., Any]) -> Callable[[SupervisorCore, dict[str, Any], float], Any]:
     def run(core: SupervisorCore, args: dict[str, Any], now: float) -> tuple[Any, list[Action]]:
-        return fn(core, args, now), []
+        return fn(core.queries, args, now), []
 
     return run
 
@@ -60,26 +62,46 @@ def _command(verb: str, result: Callable[[dict[str, Any]], Any]) -> Callable[...
 
 
 _WORKER = Arg("worker", str, "the worker id", positional=True, required=True)
+_LIMIT = Arg("limit", int, f"at most this many rows (capped at {views.MAX_PAGE}; the answer's "
+             "`next` continues)", minimum=1)
+_AFTER = Arg("after", str, "start after this id (the `next` of the previous page)")
 
 VERBS: dict[str, Verb] = {
     v.name: v
     for v in (
-        Verb("status", "phase, epoch and counts of workers and tasks",
-             _view(lambda c, a, now: views.status(c, now))),
-        Verb("workers", "every worker: state, load, last report",
-             _view(lambda c, a, now: views.workers(c, now))),
-        Verb("tasks", "tasks with their owners (--worker W: one worker's; --pending: short ones)",
-             _view(lambda c, a, now: views.tasks(c, a.get("worker"), bool(a.get("pending")))),
+        Verb("status", "phase, epoch, balance and counts of workers and tasks",
+             _view(lambda q, a, now: views.status(q, now))),
+        Verb("workers", "workers: state, load, last report, zone (paged; filter by state or "
+             "zone)",
+             _view(lambda q, a, now: views.workers(q, now, a.get("limit"), a.get("after"),
+                                                   a.get("state"), a.get("zone"))),
+             args=(_LIMIT, _AFTER,
+                   Arg("state", str, "only workers in this state (ready, inactive, drained, "
+                       "starting, lame_duck)"),
+                   Arg("zone", str, "only workers in this zone or below it (eu-1 matches "
+                       "eu-1/rack-7)"))),
+        Verb("tasks", "tasks with owners, fencing tokens and why any are pending (paged)",
+             _view(lambda q, a, now: views.tasks(q, a.get("worker"), bool(a.get("pending")),
+                                                 a.get("task"), a.get("limit"), a.get("after"))),
              args=(Arg("worker", str, "only this worker's tasks"),
-                   Arg("pending", bool, "only tasks short of replicas"))),
-        Verb("assignments", "task -> workers, with the assignment version",
-             _view(lambda c, a, now: views.assignments(c))),
+                   Arg("pending", bool, "only tasks short of replicas"),
+                   Arg("task", str, "only tasks whose id starts with this"), _LIMIT, _AFTER)),
+        Verb("assignments", "task -> workers, with the assignment version (paged)",
+             _view(lambda q, a, now: views.assignments(q, a.get("task"), a.get("limit"),
+                                                       a.get("after"))),
+             args=(Arg("task", str, "only tasks whose id starts with this"), _LIMIT, _AFTER)),
         Verb("map", "the request-routing map: task -> serving owners, worker -> serve address "
              "and state (nothing when --if-newer-than is current)",
-             _view(lambda c, a, now: views.route_map(c, a.get("if_newer_than"))),
-             args=(Arg("if_newer_than", int, "the map version the caller holds"),)),
+             _view(lambda q, a, now: views.route_map(q, a.get("if_newer_than"))),
+             args=(Arg("if_newer_than", int, "the map version the caller holds", minimum=0),)),
+        Verb("events", "the change feed: what happened after a cursor (joins, timeouts, moves "
+             "and why, hand-offs, task lists, HA roles, refusals)",
+             _view(lambda q, a, now: views.events(q, now, a.get("after"), a.get("limit"))),
+             args=(Arg("after", int, "the cursor of the last answer (omit: the newest events)",
+                       minimum=0),
+                   Arg("limit", int, "at most this many events", minimum=1))),
         Verb("counters", "the supervisor's counters (what --metrics exports)",
-             _view(lambda c, a, now: c.counters.as_dict())),
+             _view(lambda q, a, now: q.counters())),
         Verb("drain", "move a worker's tasks elsewhere (make-before-break); it takes no new ones",
              _command("drain", lambda a: {"drained": a["worker"]}), (_WORKER,), True),
         Verb("undrain", "let a drained worker take tasks again",
@@ -91,6 +113,8 @@ VERBS: dict[str, Verb] = {
              (Arg("reason", str, "why, for the log"),), True),
     )
 }
+# What a standby answers itself; everything else is the leader's (ERR_NOT_LEADER names it).
+STANDBY_VERBS = frozenset({"status", "counters", "shutdown"})
 
 # Signals are control verbs too: the daemon's handlers only enqueue these.
 SIGNALS: dict[int, tuple[str, dict[str, Any]]] = {
@@ -115,7 +139,18 @@ def _check_args(verb: Verb, args: dict[str, Any]) -> dict[str, Any]:
                 or (a.kind is int and isinstance(v, bool))):
             kind = "an integer" if a.kind is int else f"a {a.kind.__name__}"
             raise ValueError(f"{verb.name}: {a.name} must be {kind}")
+        if a.minimum is not None and isinstance(v, int) and v < a.minimum:
+            raise ValueError(f"{verb.name}: {a.name} must be at least {a.minimum}")
     return args
+
+
+def _not_leader(core: SupervisorCore) -> str:
+    role = core.life.role
+    info = (role.leader_info or {}) if role is not None and not role.leader else {}
+    if info.get("control"):
+        return (f"this supervisor is a standby; the leader is {info.get('name')} at "
+                f"{info['control']}")
+    return "this supervisor is a standby and no leader is known yet"
 
 
 def call(
@@ -126,6 +161,8 @@ def call(
     if v is None:
         return None, ControlError(ERR_UNKNOWN_VERB, f"unknown verb {verb!r}; known: "
                                   f"{', '.join(VERBS)}"), []
+    if not core.life.leader and core.config.ha and verb not in STANDBY_VERBS:
+        return None, ControlError(ERR_NOT_LEADER, _not_leader(core)), []
     try:
         result, actions = v.run(core, _check_args(v, args), now)
     except ValueError as exc:
@@ -133,6 +170,6 @@ def call(
     except LookupError as exc:
         return None, ControlError(ERR_NOT_FOUND, str(exc.args[0] if exc.args else exc)), []
     except Exception as exc:  # a bug must not take the daemon down; it is reported instead
-        core.log.exception("control verb failed", verb=verb)
-        return None, ControlError(ERR_INTERNAL, f"{type(exc).__name__}: {exc}"), []
+        return None, ControlError(ERR_INTERNAL, f"{type(exc).__name__}: {exc}"), [
+            Log("error", "control verb failed", {"verb": verb, "error": repr(exc)})]
     return result, None, actions

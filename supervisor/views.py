@@ -1,173 +1,152 @@
-"""Read-only views of the supervisor's state: what the control verbs return.
+"""Read-only views: what the control verbs return, as plain JSON-able values, built only from
+the query API (supervisor/queries.py).
 
 The JSON shapes are a contract for scripts (keep these keys; add freely):
 ``status`` → {phase, epoch, workers_active, workers_total, tasks_assigned, tasks_pending,
-tasks_failing, …}; ``workers`` → {workers: [{id, state, active, max_load, running, utilization,
-last_report_age_s, …}]}; ``assignments`` → {version, assignments: {task: [worker, …]},
-pending: [task, …]}; ``tasks`` → {tasks: [{task, cost, owners, missing, failing_on}]};
-``map`` → {version, epoch, workers: {id: {serve, state}}, tasks: {task: [worker, …]}} or nil
-(see `corral.common.routemap`).
+tasks_failing, balanced, …}; ``workers`` → {workers: [{id, state, active, max_load, running,
+utilization, last_report_age_s, zone, …}], next}; ``assignments`` → {version, assignments:
+{task: [worker, …]}, pending: [task, …], next}; ``tasks`` → {tasks: [{task, cost, owners,
+tokens, missing, pending_reason, failing_on}], next}; ``map`` → {version, epoch, workers: {id:
+{serve, state}}, tasks: {task: [worker, …]}} or nil (see `corral.common.routemap`);
+``events`` → {events: [{seq, t, kind, …}], cursor, missed, now}.
+
+Lists are paged: at most ``limit`` rows (capped at `MAX_PAGE`), from the first id after
+``after``; ``next`` is the ``after`` of the following page, or nil on the last one.
 """
 
 from __future__ import annotations
 
-import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from typing import Any, TypeVar
 
-from corral.common.routemap import MapVersions, WorkerEntry
+from .queries import Queries, WorkerView
 
-if TYPE_CHECKING:
-    from .core import SupervisorCore
+MAX_PAGE = 10_000  # rows per answer: a whole 100,000-worker fleet would not fit in a frame
 
-
-def _failing(core: SupervisorCore) -> dict[str, list[str]]:
-    """Task -> workers it is failing on (reported failures, or moved off after too many)."""
-    out: dict[str, dict[str, None]] = {}
-    for task, workers in core.placement.excluded().items():
-        out.setdefault(task, {}).update(dict.fromkeys(workers))
-    for rec in core.workers.values():
-        if rec.active:
-            for task in rec.status.failures:
-                out.setdefault(task, {})[rec.id] = None
-    return {t: sorted(ws) for t, ws in out.items()}
+T = TypeVar("T")
 
 
-def status(core: SupervisorCore, now: float) -> dict[str, Any]:
-    p = core.placement
-    active = sum(1 for r in core.workers.values() if r.active)
+def _page(items: Iterator[T], limit: int | None) -> tuple[list[T], bool]:
+    """Up to ``limit`` items, and whether more follow."""
+    n = min(limit or MAX_PAGE, MAX_PAGE)
+    rows = list(islice(items, n + 1))
+    return rows[:n], len(rows) > n
+
+
+def status(q: Queries, now: float) -> dict[str, Any]:
+    phase, epoch, started_at, _, _ = q.lifecycle()
+    active, total = q.worker_count()
     return {
-        "phase": str(core.phase),
-        "epoch": core.epoch,
+        "phase": phase,
+        "epoch": epoch,
         "workers_active": active,
-        "workers_total": len(core.workers),
-        "tasks_total": len(p.tasks),
-        "tasks_assigned": sum(1 for t in p.tasks if p.owners(t)),
-        "tasks_pending": len(p.pending()),
-        "tasks_failing": len(_failing(core)),
-        "replicas": p.replicas,
-        "strategy": p.strategy,
-        "handoffs": len(core.handoffs),
-        "version": p.version,
-        "uptime_s": round(now - core.started_at, 3),
-        **_ha(core),
+        "workers_total": total,
+        **q.placement_summary(),
+        "tasks_failing": q.failing_count(),
+        "uptime_s": round(now - started_at, 3),
+        **_ha(q),
     }
 
 
-def _ha(core: SupervisorCore) -> dict[str, Any]:
+def _ha(q: Queries) -> dict[str, Any]:
     """Who leads: without --ha a supervisor is alone; with it, the election's latest view."""
-    if not core.config.ha:
+    cfg = q.config
+    if not cfg.ha:
         return {"role": "single"}
-    role = core.role
+    _, _, _, leading, role = q.lifecycle()
     leader = (role.leader_info or {}).get("name") if role and not role.leader else None
-    me = core.config.name or core.config.bind.rsplit("/", 1)[-1]
+    me = cfg.name or cfg.bind.rsplit("/", 1)[-1]
     members = list(role.members) if role else []
+    info = (role.leader_info or {}) if role else {}
     return {
-        "role": "leader" if core.leader else "standby",
-        "leader": me if core.leader else leader,
-        "standbys": [m for m in members if m != (me if core.leader else leader)],
+        "role": "leader" if leading else "standby",
+        "leader": me if leading else leader,
+        "leader_control": cfg.control if leading else info.get("control"),
+        "standbys": [m for m in members if m != (me if leading else leader)],
         "ha_error": role.error if role else None,
     }
 
 
-def workers(core: SupervisorCore, now: float) -> dict[str, Any]:
-    cost = core.placement.tasks
-    rows = []
-    for rec in sorted(core.workers.values(), key=lambda r: r.id):
-        st = rec.status
-        # An inactive worker's last report is stale: its lease is gone, so is its load.
-        running = sum(cost.get(t, 1.0) for t in st.running) if rec.active else 0.0
-        state = rec.display_state
-        rows.append({
-            "id": rec.id,
-            "address": st.serve or rec.identity.decode("utf-8", "replace"),
-            "state": state,
-            "active": rec.active,
-            "drained": rec.drained,
-            "max_load": st.max_load,
-            "running": running,
-            "assigned": len(core.placement.tasks_of(rec.id)),
-            "utilization": round(running / st.max_load, 4) if st.max_load else 0.0,
-            "last_report_age_s": round(now - rec.last_received, 3),
-            "incarnation": f"{rec.incarnation:x}",
-            "lease_held": st.lease_held,
-            "failing": sorted(st.failures),
-            "conflict": rec.conflict,
-        })
-    return {"workers": rows}
-
-
-def tasks(core: SupervisorCore, worker: str | None = None, pending: bool = False) -> dict[str, Any]:
-    p = core.placement
-    missing = p.pending()
-    failing = _failing(core)
-    names: Any = p.tasks_of(worker) if worker else p.tasks
-    rows = []
-    for task in sorted(names):
-        if pending and task not in missing:
-            continue
-        rows.append({
-            "task": task,
-            "cost": p.tasks.get(task, 1.0),
-            "owners": list(p.owners(task)),
-            "missing": missing.get(task, 0),
-            "failing_on": failing.get(task, []),
-        })
-    return {"tasks": rows}
-
-
-def assignments(core: SupervisorCore) -> dict[str, Any]:
-    p = core.placement
+def worker_row(w: WorkerView, now: float) -> dict[str, Any]:
     return {
-        "version": p.version,
-        "assignments": {t: list(p.owners(t)) for t in sorted(p.tasks)},
-        "pending": sorted(p.pending()),
+        "id": w.id,
+        "address": w.address,
+        "state": w.state,
+        "active": w.active,
+        "drained": w.drained,
+        "max_load": w.max_load,
+        "running": w.running,
+        "assigned": w.assigned,
+        "utilization": round(w.utilization, 4),
+        "last_report_age_s": round(now - w.last_received, 3),
+        "incarnation": f"{w.incarnation:x}",
+        "lease_held": w.lease_held,
+        "failing": list(w.failing),
+        "conflict": w.conflict,
+        "zone": w.zone,
+        "labels": dict(w.labels),
+        "serving": {"utilization": w.serve_utilization, "qps": w.serve_qps,
+                    "errors": w.serve_errors},
     }
 
 
-# The routing map's version counter, per core (weakly: a core that goes away takes it along).
-_MAPS: weakref.WeakKeyDictionary[SupervisorCore, MapVersions] = weakref.WeakKeyDictionary()
+def workers(q: Queries, now: float, limit: int | None = None, after: str | None = None,
+            state: str | None = None, zone: str | None = None) -> dict[str, Any]:
+    """Workers in id order; ``state`` and ``zone`` (a prefix of the hierarchy, so ``eu-1``
+    matches ``eu-1/rack-7``) filter on the supervisor."""
+    views: Iterable[WorkerView] = q.workers(after)
+    if state:
+        views = (w for w in views if w.state == state)
+    if zone:
+        views = (w for w in views if w.zone == zone or w.zone.startswith(zone.rstrip("/") + "/"))
+    rows, more = _page(iter(views), limit)
+    return {"workers": [worker_row(w, now) for w in rows],
+            "next": rows[-1].id if more else None}
 
 
-def route_map(core: SupervisorCore, if_newer_than: int | None = None) -> dict[str, Any] | None:
-    """The request-routing map, or None when ``if_newer_than`` is already its version.
+def tasks(q: Queries, worker: str | None = None, pending: bool = False,
+          prefix: str | None = None, limit: int | None = None,
+          after: str | None = None) -> dict[str, Any]:
+    views = (q.task(t) for t in q.task_ids(prefix, after, worker))
+    if pending:
+        views = (v for v in views if v is not None and v.missing)
+    rows, more = _page((v for v in views if v is not None), limit)
+    return {
+        "tasks": [{
+            "task": v.id, "cost": v.cost, "owners": list(v.owners),
+            "tokens": dict(v.tokens), "missing": v.missing, "pending_reason": v.pending_reason,
+            "handoff_from": v.releasing, "failing_on": list(v.failing_on),
+            "spec": v.spec,
+        } for v in rows],
+        "next": rows[-1].id if more else None,
+    }
 
-    Rebuilt only when something it is made of may have changed: the placement's version, a
-    worker's reported content (its status object is replaced only then), a worker turning
-    inactive, a hand-off starting or ending. O(workers) to check, O(tasks) to rebuild.
-    """
-    versions = _MAPS.get(core)
-    if versions is None or versions.epoch != core.epoch:  # warm-up may raise the epoch
-        versions = _MAPS[core] = MapVersions(core.epoch)
-    signature = (
-        core.placement.version,
-        len(core.handoffs),
-        tuple((r.id, r.incarnation, r.status.seq, r.active) for r in core.workers.values()),
-    )
-    current = versions.current(signature, lambda: _routing(core))
+
+def assignments(q: Queries, prefix: str | None = None, limit: int | None = None,
+                after: str | None = None) -> dict[str, Any]:
+    ids, more = _page(q.task_ids(prefix, after), limit)
+    pending = q.pending()
+    if prefix:
+        pending = [t for t in pending if t.startswith(prefix)]
+    return {
+        "version": q.placement_summary()["version"],
+        "assignments": {t: list(q.owners(t)) for t in ids},
+        "pending": pending[:MAX_PAGE],
+        "next": ids[-1] if more else None,
+    }
+
+
+def route_map(q: Queries, if_newer_than: int | None = None) -> dict[str, Any] | None:
+    """The request-routing map, or None when ``if_newer_than`` is already its version."""
+    current, versions = q.route_map()
     if if_newer_than is not None and current.version <= if_newer_than:
         return None
     return versions.result()
 
 
-def _routing(core: SupervisorCore) -> tuple[dict[str, tuple[str, ...]], dict[str, WorkerEntry]]:
-    """Task -> the workers that serve it; worker -> where and in what state it serves.
-
-    A task's owners are the workers the placement gives it, plus the old owner while a
-    make-before-break hand-off is in flight — each only once it reports the task running, so
-    a request never goes to a worker that has not started it yet (it would say not_owner)."""
-    workers: dict[str, WorkerEntry] = {}
-    running: dict[str, dict[str, int]] = {}
-    for rec in core.workers.values():
-        st = rec.status
-        if rec.active and st.serve:
-            workers[rec.id] = WorkerEntry(st.serve, st.state.value)
-            running[rec.id] = st.running
-    p, handoffs = core.placement, core.handoffs
-    tasks: dict[str, tuple[str, ...]] = {}
-    for task in p.tasks:
-        owners = p.owners(task)
-        old = handoffs.old_owner(task) if handoffs.tasks else None
-        if old is not None and old not in owners:
-            owners = [*owners, old]
-        tasks[task] = tuple(w for w in owners if w in running and task in running[w])
-    return tasks, workers
+def events(q: Queries, now: float, after: int | None = None,
+           limit: int | None = None) -> dict[str, Any]:
+    page = q.events(after, limit or 1000)
+    page["now"] = now
+    return page

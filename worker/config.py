@@ -16,10 +16,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from corral.cli.files import read_file
 from corral.common.codec import MAX_ID_CHARS
 from corral.common.errors import ConfigError
 from corral.common.logs import LEVELS
-from corral.common.settings import KINDS, Setting, positive, read_file, resolve
+from corral.common.settings import KINDS, Setting, positive, resolve
 
 DEFAULT_MAX_LOAD = 10.0
 DEFAULT_REPORT_INTERVAL = 1.0

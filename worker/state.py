@@ -112,6 +112,16 @@ class WorkerMachine:
         return {t: rec.state for t, rec in self._tasks.items()}
 
     @property
+    def lease_held(self) -> bool:
+        """Whether it holds a lease (as of the last event handled)."""
+        return self._lease_held
+
+    @property
+    def lease_expires(self) -> float:
+        """When its lease lapses (the loop's clock), if it holds one."""
+        return self._lease_expires
+
+    @property
     def applied(self) -> tuple[int, int]:
         """``(epoch, seq)`` of the last instruction set applied: the assignment it holds."""
         return self._applied

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
+from corral.cli.usage import CONTEXT, OneLineErrors
 from corral.common.sim.fleet import FleetConfig
 from corral.common.sim.histogram import (
     PlotUnavailable,
@@ -23,8 +24,6 @@ from corral.common.sim.histogram import (
 from corral.common.sim.policies_sim import POLICIES, PolicyResult, RunConfig, simulate_policies
 from corral.common.sim.subsetting_sim import SubsettingResult, simulate_subsetting
 from corral.common.subsetting import ALGORITHMS, DEFAULT_LOT_SIZE
-
-from ..usage import CONTEXT, OneLineErrors
 
 OUTPUT = click.option(
     "-o",

@@ -225,7 +225,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def ctl(control: str, verb: str) -> Any:
-    from corral.supervisor.client import request
+    from corral.client.control import request
 
     return request(control, verb, {}, timeout=10)
 

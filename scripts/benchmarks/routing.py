@@ -153,7 +153,7 @@ class Fleet:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        from corral.supervisor.client import request
+        from corral.client.control import request
 
         deadline = time.monotonic() + timeout
         while True:
@@ -183,7 +183,7 @@ class Fleet:
 
 
 def policy_run(fleet: Fleet, policy: str, warmup: float, seconds: float) -> dict[str, Any]:
-    from corral.worker.router import Router, RouterConfig
+    from corral.client import Router, RouterConfig
 
     with Router(RouterConfig(control=fleet.control, policy=policy, client=1)) as router:
         end = time.monotonic() + warmup
@@ -224,9 +224,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=8.0, help="wrr's warm-up before measuring")
     args = ap.parse_args()
 
+    from corral.client import Router, RouterConfig
     from corral.common import codec
     from corral.common.protocol import Request
-    from corral.worker.router import Router, RouterConfig
 
     raw_endpoints = [f"tcp://127.0.0.1:{free_port()}" for _ in DELAYS_MS]
     servers = [mp.get_context("spawn").Process(target=echo_server, args=(e,))

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral.supervisor.client import ControlFailed, Unreachable, request
+from corral.client.control import request
+from corral.client.errors import ControlFailed, Unreachable
 
 from .checker import Process
 from .proxy import Fault, Proxy

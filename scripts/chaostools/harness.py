@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral.supervisor.client import ControlFailed, Unreachable
+from corral.client.errors import ControlFailed, Unreachable
 
 from . import checker, schedule
 from .fleet import Fleet

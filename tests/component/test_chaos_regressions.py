@@ -3,6 +3,8 @@ the pure supervisor core, model workers and a fake clock (tests/component/fleet.
 
 from __future__ import annotations
 
+from corral.supervisor import verbs
+
 from .fleet import Harness, ModelWorker, config
 
 TASKS = {f"t{i:02d}": 1.0 for i in range(12)}
@@ -48,8 +50,8 @@ def test_the_kept_worker_of_a_duplicate_id_still_applies_what_it_is_sent() -> No
     for _ in range(20):  # a long-lived worker has applied many sets
         h.step(0.5)
     mine = dict(a.running)
-    assert mine and a.applied[1] > 5
-    other = h.add(ModelWorker("a", incarnation=99))
+    assert mine and a.machine.applied[1] > 5
+    other = h.add(ModelWorker("a", incarnation=99, now=h.now))
     h.report(other)  # a second process says it is "a"
     h.workers.pop(other.identity)  # and goes quiet
     for _ in range(20):
@@ -57,3 +59,27 @@ def test_the_kept_worker_of_a_duplicate_id_still_applies_what_it_is_sent() -> No
         assert a.running.keys() == mine.keys(), "the live worker lost its tasks"
     assert h.core.counters.duplicate_ids == 1 and a.lease_until > h.now
     assert not any(s for s in a.journal if s[1] == "stop")
+
+
+def test_a_drain_waits_for_a_hand_off_in_flight_then_moves_the_task() -> None:
+    # Found by `scripts/chaos --seed 11`: a worker drained while the other replica of one of
+    # its tasks was moving; its replica was rightly held back (no replicas + 2 owners) but
+    # never moved once that hand-off ended, so the drain timed out and stopped it.
+    h = Harness(config(replicas=2), {"t0": 1.0})
+    a, c = h.add(ModelWorker("a", max_load=1)), h.add(ModelWorker("c", max_load=1))
+    h.until(h.running)
+    h.step(1.0)
+    for name in "bd":
+        h.add(ModelWorker(name, max_load=1))
+    for _ in range(4):
+        h.step(0.5)
+    assert sorted(h.owners()["t0"]) == ["a", "c"]
+    h.run(verbs.call(h.core, "drain", {"worker": "a"}, h.now)[2])  # a's replica moves
+    h.run(verbs.call(h.core, "drain", {"worker": "c"}, h.now)[2])  # c's waits for that
+    most = 0
+    for _ in range(20):
+        h.step(0.5)
+        most = max(most, most_owners(h))
+        assert len(h.owners().get("t0", ())) >= 2, "t0 lost a replica"
+    assert most <= 3, "t0 had more than replicas + 1 owners"
+    assert not a.running and not c.running and sorted(h.owners()["t0"]) == ["b", "d"]

@@ -3,11 +3,9 @@ model workers that serve requests."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 
-from corral.common.protocol import Status, WorkerState
+from corral.common.protocol import Status
 from corral.common.routemap import parse
 from corral.supervisor import verbs
 
@@ -16,12 +14,14 @@ from .fleet import Harness, ModelWorker, config
 TASKS = {f"t{i}": 1.0 for i in range(6)}
 
 
-@dataclass
 class ServingWorker(ModelWorker):
-    serve: str | None = None
+    def __init__(self, id: str, serve: str | None = None) -> None:
+        super().__init__(id)
+        self.serve = serve
 
-    def report(self, now: float) -> Status:
-        return msgspec.structs.replace(super().report(now), serve=self.serve)
+    def report(self, now: float) -> Status | None:
+        status = super().report(now)
+        return None if status is None else msgspec.structs.replace(status, serve=self.serve)
 
 
 def map_of(h: Harness, **args: object) -> dict[str, object] | None:
@@ -43,7 +43,7 @@ def fleet() -> tuple[Harness, ServingWorker, ServingWorker, ServingWorker]:
 def test_the_map_lists_serving_owners_and_moves_its_version_only_with_content() -> None:
     h, a, _, _ = fleet()
     m = parse(map_of(h))
-    assert m.version >> 32 == h.core.epoch
+    assert m.version >> 32 == h.core.life.epoch
     assert m.workers.keys() == {"a", "b"} and m.workers["a"].serve == "tcp://a:7770"
     owners = h.owners()
     for task, ws in m.tasks.items():
@@ -51,7 +51,7 @@ def test_the_map_lists_serving_owners_and_moves_its_version_only_with_content() 
     assert map_of(h, if_newer_than=m.version) is None  # current: nothing to send
     h.step(1.0)  # reports that change nothing
     assert map_of(h, if_newer_than=m.version) is None
-    a.state = WorkerState.LAME_DUCK
+    a.drain(h.now)
     h.step(1.0)
     newer = parse(map_of(h, if_newer_than=m.version))
     assert newer.version > m.version and newer.workers["a"].state == "lame_duck"
@@ -75,7 +75,7 @@ def test_a_moving_task_keeps_its_old_owner_until_the_new_one_runs_it() -> None:
 
 def test_a_silent_worker_leaves_the_map() -> None:
     h, a, _, _ = fleet()
-    h.until(lambda: not h.core.workers["a"].active, silent=(a,))
+    h.until(lambda: not h.core.queries.worker("a").active, silent=(a,))  # type: ignore[union-attr]
     m = parse(map_of(h))
     assert "a" not in m.workers and all("a" not in ws for ws in m.tasks.values())
 

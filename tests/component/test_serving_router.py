@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 import zmq
 
-from corral.common.codec import decode, encode
-from corral.common.protocol import ControlReply, ControlRequest, Reply, Request
-from corral.worker.route_errors import (
+from corral.client import Router, RouterConfig
+from corral.client.errors import (
     CallTimeout,
     MapUnavailable,
     NoOwner,
@@ -22,7 +21,8 @@ from corral.worker.route_errors import (
     RemoteError,
     Unavailable,
 )
-from corral.worker.router import Router, RouterConfig
+from corral.common.codec import decode, encode
+from corral.common.protocol import ControlReply, ControlRequest, Reply, Request
 
 from .test_worker_support import free_port
 

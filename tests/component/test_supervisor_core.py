@@ -1,11 +1,12 @@
-"""The supervisor state machine, stepped with a fake clock against model workers."""
+"""The supervisor state machine, stepped with a fake clock against workers driven by the real
+worker state machine (tests/component/fleet.py)."""
 
 from __future__ import annotations
 
-from corral.common.protocol import Instructions, Refusal, Status, WorkerState
+from corral.common.protocol import Instructions, Refusal, Status, make_token, token_epoch
 from corral.supervisor import verbs
 from corral.supervisor.events import Report
-from corral.supervisor.records import Phase
+from corral.supervisor.lifecycle import Phase
 
 from .fleet import Harness, ModelWorker, config
 
@@ -19,14 +20,21 @@ def start(h: Harness, *workers: ModelWorker) -> None:
     h.step(1.0)
 
 
+def rows(h: Harness, verb: str, **args: object) -> dict:  # type: ignore[type-arg]
+    result, error, actions = verbs.call(h.core, verb, dict(args), h.now)
+    assert error is None, error
+    h.run(actions)
+    return result  # type: ignore[no-any-return]
+
+
 def test_warmup_assigns_nothing_then_places_everything_once() -> None:
     h = Harness(config(warmup=5.0), dict(TASKS))
     a, b, c = (h.add(ModelWorker(x)) for x in "abc")
     h.step(1.0)
-    assert h.core.phase is Phase.WARMUP and not h.owners()
+    assert h.core.life.phase is Phase.WARMUP and not h.owners()
     assert all(w.lease_until > h.now for w in (a, b, c)), "warm-up renews leases"
     h.until(h.running)
-    assert h.core.phase is Phase.RUNNING and h.fetches == 1
+    assert h.core.life.phase is Phase.RUNNING and h.fetches == 1
     h.step(1.0)
     assert sorted(h.owners()) == sorted(TASKS)
     assert sorted(len(w.running) for w in (a, b, c)) == [4, 4, 4]
@@ -36,10 +44,10 @@ def test_expect_workers_ends_warmup_early() -> None:
     h = Harness(config(warmup=30.0, expect_workers=2), dict(TASKS))
     h.add(ModelWorker("a"))
     h.step(1.0)
-    assert h.core.phase is Phase.WARMUP
+    assert h.core.life.phase is Phase.WARMUP
     h.add(ModelWorker("b"))
     h.step(1.0)
-    assert h.core.phase is Phase.RUNNING and h.now < 5
+    assert h.core.life.phase is Phase.RUNNING and h.now < 5
 
 
 def test_restarted_supervisor_rebuilds_from_reports_without_restarting_anything() -> None:
@@ -52,21 +60,22 @@ def test_restarted_supervisor_rebuilds_from_reports_without_restarting_anything(
     h.until(h.running)
     h.step(1.0)
     starts_stops = [(w.id, e[1:]) for w in (a, b) for e in w.journal]
-    assert starts_stops == []  # nothing a or b ran was stopped or restarted
+    assert [s for s in starts_stops if s[1][0] == "stop"] == []  # nothing a or b ran stopped
     assert "t05" not in c.running and "gone" not in c.running
-    assert all(e == 7 for w in (a, b) for e in w.running.values()), "re-confirmed at epoch 7"
+    # Kept tasks keep the tokens they run under.
+    assert all(token_epoch(tok) == 6 for tok in a.running.values() if tok)
     owners = h.owners()
     assert all(len(owners[t]) == 2 for t in TASKS)
 
 
-def test_claims_resolve_to_highest_epoch_then_lowest_id() -> None:
+def test_claims_resolve_to_newest_token_then_lowest_id() -> None:
     h = Harness(config(replicas=1), {"x": 1.0})
     b = h.add(ModelWorker("b", running={"x": 3}, lease_until=3.0))
     a = h.add(ModelWorker("a", running={"x": 3}, lease_until=3.0))
     c = h.add(ModelWorker("c", running={"x": 2}, lease_until=3.0))
     start(h)
     assert "x" in a.running and "x" not in b.running and "x" not in c.running
-    assert [e[1:] for e in a.journal] == []
+    assert [e for e in a.journal if e[1] == "stop"] == []
 
 
 def test_query_diff_adds_and_removes() -> None:
@@ -74,7 +83,7 @@ def test_query_diff_adds_and_removes() -> None:
     w = ModelWorker("w")
     start(h, w)
     h.source = {"a2": 1, "a3": 1, "b1": 1}
-    h.run(verbs.call(h.core, "query", {}, h.now)[2])
+    rows(h, "query")
     h.step(1.0)
     assert sorted(w.running) == ["a2", "a3", "b1"]
     assert [e[1:] for e in w.journal if e[2] == "a2"] == [("start", "a2")]
@@ -115,7 +124,7 @@ def test_only_the_dead_workers_tasks_move() -> None:
     a, b, c = ModelWorker("a"), ModelWorker("b"), ModelWorker("c")
     start(h, a, b, c)
     before_b, before_c = dict(b.running), dict(c.running)
-    h.until(lambda: not h.core.workers["a"].active, silent=(a,))
+    h.until(lambda: not h.core.registry.get("a").active, silent=(a,))  # type: ignore[union-attr]
     h.step(1.0, silent=(a,))
     assert set(before_b) <= set(b.running) and set(before_c) <= set(c.running)
     assert [e for e in b.journal + c.journal if e[1] == "stop"] == []
@@ -135,7 +144,7 @@ def test_lost_instruction_is_reconciled() -> None:
         return False
 
     h.drop = drop
-    h.run(verbs.call(h.core, "query", {}, h.now)[2])
+    rows(h, "query")
     assert "b" not in w.running
     h.until(lambda: "b" in w.running, limit=5)
     assert h.core.counters.resends >= 1
@@ -145,10 +154,10 @@ def test_running_set_that_disagrees_is_corrected() -> None:
     h = Harness(config(), {"a": 1, "b": 1})
     w = ModelWorker("w")
     start(h, w)
-    w.stop("b", h.now)  # e.g. the process died and the worker dropped it
-    w.running["stray"] = 1
-    h.until(lambda: sorted(w.running) == ["a", "b"], limit=4)
-    assert h.core.counters.reconciliations >= 1
+    w.stray["stray"] = make_token(1, 99)  # reports a task it was never given
+    h.until(lambda: h.core.counters.reconciliations >= 1, limit=4)
+    sent = [m for _, m in h.sent if isinstance(m, Instructions) and "stray" in m.remove]
+    assert sent, "the stray task was told to stop"
 
 
 def test_stale_and_duplicate_reports_are_dropped() -> None:
@@ -158,11 +167,11 @@ def test_stale_and_duplicate_reports_are_dropped() -> None:
     old = Status("w", w.incarnation, 1, 0.0, 10, {})
     count = h.core.counters.stale_reports
     assert h.core.handle(Report(w.identity, old), h.now) == []
-    st = w.report(h.now)
+    st = w.force_report(h.now)
     h.core.handle(Report(w.identity, st), h.now)
     h.core.handle(Report(w.identity, st), h.now)
     assert h.core.counters.stale_reports == count + 2
-    assert h.core.handle(Report(b"someone-else", w.report(h.now)), h.now) == []
+    assert h.core.handle(Report(b"someone-else", w.force_report(h.now)), h.now) == []
     assert h.core.counters.impostor_reports == 1
 
 
@@ -171,15 +180,16 @@ def test_drain_is_make_before_break() -> None:
     a, b = ModelWorker("a", max_load=10), ModelWorker("b", max_load=20)
     start(h, a, b)
     moving = set(a.running)
-    h.run(verbs.call(h.core, "drain", {"worker": "a"}, h.now)[2])
+    rows(h, "drain", worker="a")
     h.until(lambda: not a.running, limit=10)
     for task in moving:
         started = min(t for t, e, x in b.journal if x == task and e == "start")
         stopped = max(t for t, e, x in a.journal if x == task and e == "stop")
         assert started <= stopped, f"{task} had a gap"
-    assert h.core.workers["a"].drained and not h.core.placement.tasks_of("a")
-    h.run(verbs.call(h.core, "undrain", {"worker": "a"}, h.now)[2])
-    h.until(lambda: len(a.running) >= 3, limit=20)  # the rebalance moves work back
+    w = h.core.queries.worker("a")
+    assert w is not None and w.drained and w.assigned == 0
+    rows(h, "undrain", worker="a")
+    h.until(lambda: len(a.running) >= 3, limit=20)  # convergence moves work back
     h.until(lambda: all(len(v) == 1 for v in h.owners().values()), limit=5)  # hand-offs end
 
 
@@ -187,7 +197,7 @@ def test_lame_duck_worker_hands_off_and_keeps_tasks_nobody_can_take() -> None:
     h = Harness(config(replicas=1), {f"t{i}": 1.0 for i in range(6)})
     a, b = ModelWorker("a", max_load=6), ModelWorker("b", max_load=2)
     start(h, a, b)
-    a.state = WorkerState.LAME_DUCK
+    a.drain(h.now)
     for _ in range(8):
         h.step(0.5)
     assert len(b.running) == 2  # b is full
@@ -199,17 +209,17 @@ def test_failing_source_keeps_the_last_good_list() -> None:
     h = Harness(config(query_retry=2.0), None)
     w = ModelWorker("w", running={"kept": 1}, lease_until=3.0)
     h.add(w)
-    h.until(lambda: h.core.phase is Phase.QUERYING)
+    h.until(lambda: h.core.life.phase is Phase.QUERYING)
     h.step(3.0)
-    assert h.core.phase is Phase.QUERYING and h.fetches >= 2  # retried
-    assert w.running == {"kept": 1} and w.lease_until > h.now  # leases still renewed
+    assert h.core.life.phase is Phase.QUERYING and h.fetches >= 2  # retried
+    assert list(w.running) == ["kept"] and w.lease_until > h.now  # leases still renewed
     h.source = {"kept": 1, "new": 1}
     h.until(h.running, limit=5)
     h.step(1.0)
     h.source = None
-    h.run(verbs.call(h.core, "query", {}, h.now)[2])
+    rows(h, "query")
     h.source = {}
-    h.run(verbs.call(h.core, "query", {}, h.now)[2])
+    rows(h, "query")
     h.step(1.0)
     assert sorted(w.running) == ["kept", "new"]
     assert h.core.counters.source_errors >= 2
@@ -220,33 +230,58 @@ def test_restarted_worker_gets_its_tasks_back_at_once() -> None:
     a, b = ModelWorker("a"), ModelWorker("b")
     start(h, a, b)
     mine = set(a.running)
-    a2 = h.replace(a, a.restarted())
+    a2 = h.replace(a, a.restarted(h.now))
+    h.step(1.0)
+    # The old process's connection is gone: the new one takes the id over at once.
+    h.run(h.core.handle(_gone(a), h.now))
     h.step(1.0)
     assert set(a2.running) == mine
     assert h.core.counters.restarts == 1
 
 
-def test_two_live_workers_with_one_id_refuse_the_newer() -> None:
+def _gone(w: ModelWorker) -> object:
+    from corral.supervisor.events import PeerGone
+
+    return PeerGone(w.identity)
+
+
+def test_a_second_live_process_with_a_taken_id_is_sent_nothing_and_refused() -> None:
     h = Harness(config(), dict(TASKS))
     a = ModelWorker("a")
     start(h, a)
-    twin = h.add(ModelWorker("a", incarnation=99))
-    h.step(1.0)
-    h.step(1.0)
-    h.step(1.0)
+    mine = dict(a.running)
+    twin = h.add(ModelWorker("a", incarnation=99, now=h.now))
+    for _ in range(6):
+        h.step(0.5)
     assert twin.refused and "two live workers" in twin.refused
-    assert a.refused is None
-    rows = verbs.call(h.core, "workers", {}, h.now)[0]["workers"]
-    assert rows[0]["conflict"] and h.core.counters.duplicate_ids == 1
+    assert not [m for w, m in h.sent if w == "a" and isinstance(m, Instructions)
+                and m.incarnation == 99], "the thief was sent an instruction set"
+    assert twin.journal == [] and a.refused is None and a.running.keys() == mine.keys()
+    row = rows(h, "workers")["workers"][0]
+    assert row["conflict"] and h.core.counters.duplicate_ids == 1
+
+
+def test_a_contender_takes_the_id_once_the_holder_times_out() -> None:
+    h = Harness(config(lease=4.0, lease_margin=1.0), dict(TASKS))
+    a, b = ModelWorker("a"), ModelWorker("b")
+    start(h, a, b)
+    new = h.add(ModelWorker("a", incarnation=7, now=h.now))
+    h.until(lambda: bool(new.running), limit=12, silent=(a,))
+    # a's lease ran out before the newcomer ran anything (a frozen holder)
+    first_start = min(t for t, e, _ in new.journal if e == "start")
+    last_stop = max(t for t, e, _ in a.journal if e == "stop")
+    assert last_stop <= first_start
+    assert new.refused is None and h.core.counters.contested_ids == 1
 
 
 def test_epoch_rises_above_what_workers_applied() -> None:
     h = Harness(config(), {"x": 1}, epoch=2)
-    w = h.add(ModelWorker("w", applied=(9, 4), running={"x": 9}, lease_until=3.0))
+    w = h.add(ModelWorker("w", running={"x": 9}, lease_until=3.0))
     h.until(h.running)
     h.step(1.0)
-    assert h.core.epoch == 10 and h.persisted == [10]
-    assert w.applied[0] == 10 and w.journal == []
+    assert h.core.life.epoch == 10 and h.persisted == [10]
+    assert w.machine.applied[0] == 10
+    assert [e for e in w.journal if e[1] == "stop"] == []
 
 
 def test_task_failing_repeatedly_moves_and_shows_as_failing() -> None:
@@ -254,11 +289,11 @@ def test_task_failing_repeatedly_moves_and_shows_as_failing() -> None:
     a, b = ModelWorker("a"), ModelWorker("b")
     start(h, a, b)
     bad, good = (a, b) if "x" in a.running else (b, a)
-    bad.failures["x"] = 3
-    h.step(1.0)
-    h.step(1.0)
-    assert "x" in good.running and "x" not in bad.running
-    assert verbs.call(h.core, "status", {}, h.now)[0]["tasks_failing"] == 1
+    bad.failing.add("x")
+    bad.fail("x", h.now)
+    h.until(lambda: "x" in good.running, limit=20)
+    assert "x" not in bad.running
+    assert rows(h, "status")["tasks_failing"] == 1
 
 
 def test_control_errors_have_a_fixed_shape() -> None:
@@ -271,12 +306,14 @@ def test_control_errors_have_a_fixed_shape() -> None:
     assert err is not None and err.code == "bad_request"
     _, err, _ = verbs.call(h.core, "tasks", {"bogus": 1}, h.now)
     assert err is not None and err.code == "bad_request"
+    _, err, _ = verbs.call(h.core, "workers", {"limit": 0}, h.now)
+    assert err is not None and err.code == "bad_request"
 
 
 def test_shutdown_verb_stops() -> None:
     h = Harness(config(), {"x": 1})
-    h.run(verbs.call(h.core, "shutdown", {"reason": "test"}, h.now)[2])
-    assert h.stopped == "test" and h.core.phase is Phase.STOPPING
+    rows(h, "shutdown", reason="test")
+    assert h.stopped == "test" and h.core.life.phase is Phase.STOPPING
 
 
 def test_renewals_come_at_least_every_renew_interval() -> None:
@@ -285,18 +322,66 @@ def test_renewals_come_at_least_every_renew_interval() -> None:
     start(h, w)
     for _ in range(20):
         h.step(0.5)
-        assert w.lease_until - h.now >= 5.0 - 1.0 - 1.0 - 1e-9  # renew every lease/5 + a report
+        assert w.lease_until - h.now >= 5.0 - 5.0 / 3 - 1.0 - 1e-9  # lease/3 + a report
 
 
 def test_json_views_keep_the_contract_keys() -> None:
     h = Harness(config(), dict(TASKS))
     start(h, ModelWorker("a"), ModelWorker("b"))
-    status = verbs.call(h.core, "status", {}, h.now)[0]
+    status = rows(h, "status")
     assert {"phase", "epoch", "workers_active", "workers_total", "tasks_assigned",
-            "tasks_pending", "tasks_failing"} <= set(status)
-    row = verbs.call(h.core, "workers", {}, h.now)[0]["workers"][0]
+            "tasks_pending", "tasks_failing", "balanced"} <= set(status)
+    row = rows(h, "workers")["workers"][0]
     assert {"id", "state", "active", "max_load", "running", "utilization",
-            "last_report_age_s"} <= set(row)
-    asg = verbs.call(h.core, "assignments", {}, h.now)[0]
+            "last_report_age_s", "zone", "labels"} <= set(row)
+    asg = rows(h, "assignments")
     assert {"version", "assignments", "pending"} <= set(asg)
     assert sorted(asg["assignments"]) == sorted(TASKS)
+    task = rows(h, "tasks")["tasks"][0]
+    assert {"task", "cost", "owners", "tokens", "missing", "pending_reason"} <= set(task)
+
+
+def test_fencing_tokens_only_grow_per_task_across_moves_and_epochs() -> None:
+    h = Harness(config(replicas=1), dict(TASKS), epoch=3)
+    a, b, c = ModelWorker("a"), ModelWorker("b"), ModelWorker("c")
+    start(h, a, b, c)
+    seen: dict[str, list[int]] = {}
+
+    def record() -> None:
+        for w in h.workers.values():
+            if w.last is None:
+                continue
+            for task, token in w.last.running.items():
+                if token and (not seen.get(task) or seen[task][-1] != token):
+                    seen.setdefault(task, []).append(token)
+
+    record()
+    rows(h, "drain", worker="a")  # a hand-off
+    for _ in range(10):
+        h.step(0.5)
+        record()
+    h.until(lambda: not h.core.registry.get("b").active,  # type: ignore[union-attr]
+            silent=(b,))  # a failover
+    for _ in range(6):
+        h.step(0.5, silent=(b,))
+        record()
+    assert sum(len(v) > 1 for v in seen.values()) >= 4, seen
+    for task, tokens in seen.items():
+        assert tokens == sorted(set(tokens)), f"{task}: tokens went {tokens}"
+        assert all(token_epoch(t) == 3 for t in tokens)
+
+
+def test_workers_and_tasks_page_and_filter() -> None:
+    h = Harness(config(), {f"room-{i:02d}": 1 for i in range(30)})
+    ws = [ModelWorker(f"w{i}", zone=f"z{i % 2}") for i in range(5)]
+    start(h, *ws)
+    first = rows(h, "workers", limit=2)
+    assert [w["id"] for w in first["workers"]] == ["w0", "w1"] and first["next"] == "w1"
+    rest = rows(h, "workers", after=first["next"])
+    assert [w["id"] for w in rest["workers"]] == ["w2", "w3", "w4"] and rest["next"] is None
+    assert [w["id"] for w in rows(h, "workers", state="ready", limit=1)["workers"]] == ["w0"]
+    page = rows(h, "tasks", task="room-1", limit=4)
+    assert [t["task"] for t in page["tasks"]] == [f"room-1{i}" for i in range(4)]
+    assert rows(h, "tasks", task="room-1", after=page["next"])["next"] is None
+    asg = rows(h, "assignments", task="room-2")
+    assert sorted(asg["assignments"]) == [f"room-2{i}" for i in range(10)]

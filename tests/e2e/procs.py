@@ -142,6 +142,6 @@ class Supervisor:
         return out
 
     def query(self, verb: str, **args: Any) -> Any:
-        from corral.supervisor.client import request
+        from corral.client.control import request
 
         return request(self.control, verb, args, timeout=3.0)

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from corral.worker.route_errors import RouteError
-from corral.worker.router import Router, RouterConfig
+from corral.client import Router, RouterConfig
+from corral.client.errors import RouteError
 
 from .procs import BIN, Proc, Procs, Supervisor, free_port, wait_until
 

@@ -15,7 +15,7 @@ import pytest
 import zmq
 
 from corral.common import codec
-from corral.common.protocol import ControlRequest, WorkerState
+from corral.common.protocol import ControlRequest, WorkerState, token_epoch
 
 from .dealers import FakeWorker, Fleet
 from .procs import BIN, Procs, Supervisor, wait_until
@@ -176,7 +176,8 @@ def test_restarted_supervisor_keeps_what_workers_run(procs: Procs, tasks_file: P
         time.sleep(1.0)
         assert fleet.owners() == before  # nothing stopped, nothing moved
         assert sup.ctl("status")["epoch"] == epoch + 1
-        assert all(e == epoch + 1 for w in fleet.workers for e in w.running.values())
+        # Kept tasks keep the fencing tokens they were started under (the old epoch's).
+        assert all(token_epoch(t) == epoch for w in fleet.workers for t in w.running.values())
     finally:
         fleet.close()
 

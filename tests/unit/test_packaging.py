@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = {"common": "corral.common", "supervisor": "corral.supervisor", "worker": "corral.worker"}
+FOLDERS = {"common": "corral.common", "cli": "corral.cli", "client": "corral.client",
+           "supervisor": "corral.supervisor", "worker": "corral.worker"}
 SCRIPTS = ["corral-supervisor", "corral-worker", "corralctl", "corral-sim"]
 
 
@@ -108,8 +109,12 @@ def test_common_is_pure() -> None:
     assert problems == []
 
 
-@pytest.mark.parametrize(("a", "b"), [("supervisor", "worker"), ("worker", "supervisor")])
-def test_daemons_do_not_import_each_other(a: str, b: str) -> None:
+@pytest.mark.parametrize(("a", "b"), [
+    ("supervisor", "worker"), ("worker", "supervisor"),
+    ("client", "supervisor"), ("client", "worker"), ("client", "cli"),
+    ("cli", "supervisor"), ("cli", "worker"), ("cli", "client"),
+])
+def test_layers_import_only_what_they_may(a: str, b: str) -> None:
     problems = [
         f"{p.relative_to(ROOT)}:{line} imports {name}"
         for p in _py_files(a)
@@ -117,3 +122,55 @@ def test_daemons_do_not_import_each_other(a: str, b: str) -> None:
         if name.startswith((f"corral.{b}", f"..{b}")) or name == b
     ]
     assert problems == []
+
+
+# What the pure core may not do, by name: files, exits, processes, signals, clocks, sockets,
+# threads. (Imports of such modules are checked above; these are the calls.)
+FORBIDDEN_CALLS = {"open", "print", "input", "exit", "quit", "breakpoint"}
+FORBIDDEN_ATTRS = {("sys", "exit"), ("os", "system"), ("os", "kill"), ("os", "fork"),
+                   ("os", "_exit"), ("os", "popen"), ("os", "getenv"), ("os", "environ"),
+                   ("datetime", "now"), ("datetime", "utcnow"), ("date", "today"),
+                   ("Path", "read_text"), ("Path", "write_text")}
+IMPURE_METHODS = {"read_text", "write_text", "read_bytes", "write_bytes", "unlink", "mkdir"}
+
+
+def test_common_does_no_io_by_ast() -> None:
+    problems = []
+    for path in _py_files("common"):
+        tree = ast.parse(path.read_text())
+        where = path.relative_to(ROOT)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in FORBIDDEN_CALLS:
+                problems.append(f"{where}:{node.lineno} calls {node.func.id}()")
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and (node.value.id, node.attr) in FORBIDDEN_ATTRS:
+                problems.append(f"{where}:{node.lineno} uses {node.value.id}.{node.attr}")
+            if isinstance(node, ast.Attribute) and node.attr in IMPURE_METHODS:
+                problems.append(f"{where}:{node.lineno} calls .{node.attr}()")
+    assert problems == []
+
+
+def test_every_module_with_doctests_runs_them() -> None:
+    """A docstring example that no test runs rots: every module of ours whose docstrings hold
+    one must be collected by the doctest runner below."""
+    import doctest
+    import importlib
+    import warnings
+
+    finder = doctest.DocTestFinder()
+    failures = []
+    for folder, package in FOLDERS.items():
+        for path in _py_files(folder):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            name = ".".join([package, *[p for p in rel.parts if p != "__init__"]])
+            with warnings.catch_warnings():  # a deprecated alias warns when imported
+                warnings.simplefilter("ignore", DeprecationWarning)
+                module = importlib.import_module(name)
+            for test in finder.find(module):
+                if test.examples:
+                    result = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS).run(
+                        test, out=lambda s: None)
+                    if result.failed:
+                        failures.append(f"{test.name}: {result.failed} failed")
+    assert failures == []

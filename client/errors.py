@@ -1,9 +1,23 @@
-"""What a `Router` call raises when it cannot give a reply: one class per reason, each with
-one sentence that names the task (or key), the worker and the map version involved."""
+"""What the client raises: the control client's two failures, and one class per reason a
+`Router` call cannot give a reply — each with one sentence that names the task (or key), the
+worker and the map version involved."""
 
 from __future__ import annotations
 
 from corral.common.errors import CorralError
+from corral.common.protocol import ControlError
+
+
+class Unreachable(CorralError):
+    """No answer from the supervisor (or from no leader among several) within the timeout."""
+
+
+class ControlFailed(CorralError):
+    """The supervisor answered with an error (``error.code`` is a stable `ERR_*` code)."""
+
+    def __init__(self, error: ControlError) -> None:
+        super().__init__(f"{error.code}: {error.message}")
+        self.error = error
 
 
 class RouteError(CorralError):

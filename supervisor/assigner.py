@@ -1,0 +1,314 @@
+"""The assigner: placement and hand-offs in, one diff per event out.
+
+It owns the desired assignment (`Placement`), the make-before-break hand-offs in flight, the
+task list with its specs, and the one answer to "what should this worker run" (`desired`:
+what placement gives it, plus what it still runs for a hand-off). Every change made while the
+core handles one event gathers in one `Diff` (and a set of workers that get their whole set
+as a reset); the core takes them (`take`) and the dispatcher turns them into instruction sets,
+at most one per worker per event.
+
+Moves and their reasons go to the change feed; nothing here does I/O or reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from corral.common.diff import Diff
+from corral.common.placement import Mode, Placement
+from corral.common.protocol import WorkerState
+from corral.common.reconcile import resolve_claims
+from corral.common.tasklist import TaskEntry
+from corral.common.timerwheel import TimerWheel
+
+from .config import SupervisorConfig
+from .counters import Counters
+from .events import Action, Log
+from .feed import Feed
+from .handoffs import Handoffs
+from .records import WorkerRecord
+
+INCLUDE = "include"  # timer key tag: a task may go back to a worker it kept failing on
+PLACED = "placed"  # the reason of a first placement (not a move)
+_EMPTY: dict[str, None] = {}
+
+
+class Assigner:
+    def __init__(self, config: SupervisorConfig, wheel: TimerWheel[Any], counters: Counters,
+                 feed: Feed, out: list[Action]) -> None:
+        self.config = config
+        self.placement = Placement(config.replicas, config.strategy)
+        self.handoffs = Handoffs()
+        self.entries: dict[str, TaskEntry] = {}  # the current task list
+        self.listed = False  # a task list has been applied since this assigner was made
+        self.task_generation = 0  # moves when tasks are added or removed
+        self._wheel = wheel
+        self._counters = counters
+        self._feed = feed
+        self._out = out
+        self._diff = Diff()  # what the current event changes, per worker
+        self._resets: dict[str, None] = {}  # workers that get their whole desired set
+        self.respec: dict[str, None] = {}  # tasks whose spec changed in the current event
+
+    # -- the one answer to "what should it run" ------------------------------------------------
+
+    def desired(self, worker: str) -> Mapping[str, None]:
+        """What ``worker`` should run: its placement, plus the tasks it keeps running until a
+        new owner confirms them (make-before-break)."""
+        mine = self.placement.tasks_of(worker)
+        releasing = self.handoffs.releasing(worker)
+        return {**mine, **releasing} if releasing else mine
+
+    def spec(self, task: str) -> str | None:
+        entry = self.entries.get(task)
+        return entry.spec if entry is not None else None
+
+    def take(self) -> tuple[Diff, dict[str, None], dict[str, None]]:
+        """What this event changed (per-worker diff, workers to reset, tasks whose spec
+        changed), and start over."""
+        out = self._diff, self._resets, self.respec
+        self._diff, self._resets, self.respec = Diff(), {}, {}
+        return out
+
+    def clear(self) -> None:
+        """Forget the assignment (demoted: the next leader decides)."""
+        self.placement = Placement(self.config.replicas, self.config.strategy)
+        self.handoffs = Handoffs()
+        self.entries, self.listed = {}, False
+        self.task_generation += 1
+        self._diff, self._resets, self.respec = Diff(), {}, {}
+
+    @property
+    def pending_change(self) -> bool:
+        return bool(self._diff.workers or self._resets)
+
+    def reset(self, worker: str) -> None:
+        self._resets[worker] = None
+
+    def sent(self, worker: str, add: Iterable[str]) -> None:
+        """``worker`` was told to run ``add``: a task coming back to the worker releasing it
+        ends that hand-off; otherwise its new owner is the one to confirm it."""
+        handoffs = self.handoffs
+        if not handoffs:
+            return
+        for task in add:
+            if handoffs.old_owner(task) == worker:
+                handoffs.release(task)
+            else:
+                handoffs.expect(task, worker)
+
+    # -- workers -------------------------------------------------------------------------------
+
+    def mode(self, rec: WorkerRecord) -> Mode:
+        if rec.drained or rec.status.state is not WorkerState.READY:
+            return Mode.HOLD
+        return Mode.ELIGIBLE
+
+    def admit(self, rec: WorkerRecord, now: float) -> None:
+        """A worker joins (or comes back) while running: adopt what it runs that is short of
+        replicas, place what is pending, and reset it to its desired set."""
+        p = self.placement
+        self._diff.merge(p.upsert_worker(rec.id, rec.status.max_load, self.mode(rec)))
+        rec.desired = p.tasks_of(rec.id)
+        if rec.status.state is not WorkerState.LAME_DUCK:
+            for task in rec.status.running:
+                p.assign(task, rec.id)  # refused unless it is short, fits and is allowed
+        self._place(PLACED)
+        if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
+            self.drain(rec, now)
+        self._resets[rec.id] = None
+
+    def update_mode(self, rec: WorkerRecord, now: float) -> None:
+        """Its state, max load or drained flag changed."""
+        p = self.placement
+        if not p.has_worker(rec.id):
+            return
+        self._diff.merge(p.upsert_worker(rec.id, rec.status.max_load, self.mode(rec)))
+        if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
+            self.drain(rec, now)
+        else:
+            self._place(PLACED)
+
+    def gone(self, worker: str, now: float) -> int:
+        """The worker is gone (lease + margin of silence): its replicas move. Returns how many
+        it had."""
+        tasks = len(self.placement.tasks_of(worker))
+        self.handoffs.forget_worker(worker)
+        self.placement.remove_worker(worker)
+        self._place("worker gone", source=worker)
+        self._diff.workers.pop(worker, None)
+        return tasks
+
+    def drain(self, rec: WorkerRecord, now: float) -> None:
+        """Make-before-break: new owners first; the worker stops a task once one reports it.
+        A task already in a hand-off stays until that one ends (at most replicas + 1 owners);
+        the next report of the draining worker moves it then."""
+        p, handoffs = self.placement, self.handoffs
+        for task in list(p.tasks_of(rec.id)):
+            if task in handoffs:
+                continue
+            p.unassign(task, rec.id)
+            handoffs.start(task, rec.id)
+        self._place("drain", source=rec.id)
+
+    def _place(self, reason: str, source: str | None = None) -> None:
+        """Place what is pending. Replicas that *move* (a worker gone, drained, failing) go
+        to the feed one by one; a first placement (new tasks) as one line."""
+        diff = self.placement.place()
+        if not diff:
+            return
+        moved = diff.moved()
+        self._counters.tasks_moved += moved
+        self._diff.merge(diff)
+        if reason == PLACED:
+            self._feed.add("placed", replicas=moved)
+        elif self._feed.enabled:
+            for w, d in diff.workers.items():
+                for task in d.add:
+                    self._feed.add("move", task=task, to=w, source=source, reason=reason)
+
+    # -- task lists ----------------------------------------------------------------------------
+
+    def rebuild(self, tasks: Mapping[str, TaskEntry], active: list[WorkerRecord],
+                now: float) -> None:
+        """The first task list after warm-up: keep what workers already run (a task claimed by
+        more than ``replicas`` workers keeps the newest assignments: highest fencing token,
+        then the lowest id), place the rest, and send every worker its whole set as a reset."""
+        p = self.placement
+        self.entries = dict(tasks)
+        self.listed = True
+        self.task_generation += 1
+        p.add_tasks({t: e.cost for t, e in tasks.items()})
+        claims: dict[str, list[tuple[str, int]]] = {}
+        for rec in active:
+            p.upsert_worker(rec.id, rec.status.max_load, self.mode(rec))
+            rec.desired = p.tasks_of(rec.id)
+            for task, token in rec.status.running.items():
+                if task in tasks:
+                    claims.setdefault(task, []).append((rec.id, token))
+        kept, surplus = resolve_claims(claims, p.replicas)
+        for task, ws in kept.items():
+            for w in ws:
+                p.assign(task, w)
+        if surplus:
+            self._out.append(Log("warning", "tasks ran on more workers than replicas; extra "
+                                 "copies stop", {"tasks": len(surplus),
+                                                 "copies": sum(map(len, surplus.values()))}))
+        for rec in active:
+            p.enforce_capacity(rec.id)
+        for rec in active:
+            if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
+                self.drain(rec, now)
+        self._place(PLACED)
+        for rec in active:
+            self._resets[rec.id] = None
+
+    def apply(self, tasks: Mapping[str, TaskEntry]) -> tuple[int, int, int]:
+        """A new task list while running: (added, removed, respecified)."""
+        p = self.placement
+        removed = [t for t in p.tasks if t not in tasks]
+        added = {t: e for t, e in tasks.items() if t not in self.entries}
+        changed = [t for t, e in tasks.items()
+                   if t in self.entries and self.entries[t].spec != e.spec]
+        self.entries = dict(tasks)
+        if removed or added:
+            self.task_generation += 1
+        if removed:
+            self._diff.merge(p.remove_tasks(removed))
+            for task in removed:
+                old = self.handoffs.release(task)
+                if old is not None:
+                    self._diff.remove(old, task)
+        for task in changed:  # a new version: its owners restart it with the new spec
+            self.respec[task] = None
+            for w in p.owners(task):
+                self._diff.add(w, task)
+            self._feed.add("respec", task=task)
+        self._counters.spec_changes += len(changed)
+        if added:
+            p.add_tasks({t: e.cost for t, e in added.items()})
+            self._place("new task")
+        return len(added), len(removed), len(changed)
+
+    # -- reports -------------------------------------------------------------------------------
+
+    def confirm(self, rec: WorkerRecord) -> int:
+        """``rec`` reports tasks it was handed: their old owners may stop them now. Returns
+        how many hand-offs ended."""
+        waiting = self.handoffs.awaiting(rec.id)
+        if not waiting:
+            return 0
+        ended = 0
+        running, owners = rec.status.running, self.placement.owners
+        for task in [t for t in waiting if t in running and rec.id in owners(t)]:
+            del waiting[task]
+            old = self.handoffs.release(task)
+            ended += 1
+            if old is not None and old != rec.id and old not in owners(task):
+                self._diff.remove(old, task)
+                self._feed.add("handoff", task=task, source=old, to=rec.id)
+        return ended
+
+    def check_failures(self, rec: WorkerRecord, now: float) -> None:
+        """A task failing --max-failures times in a row on a worker moves elsewhere and stays
+        off that worker for --failure-cooldown."""
+        moved = False
+        for task, n in rec.status.failures.items():
+            if n >= self.config.max_failures and rec.id in self.placement.owners(task):
+                self.placement.exclude(task, rec.id)
+                self._diff.remove(rec.id, task)
+                self._wheel.schedule_timeout((INCLUDE, task, rec.id),
+                                             now + self.config.failure_cooldown)
+                self._counters.failures_moved += 1
+                self._out.append(Log("warning", "task keeps failing; moving it",
+                                     {"task": task, "worker": rec.id, "failures": n}))
+                moved = True
+        if moved:
+            self._place("failing", source=rec.id)
+
+    def include(self, task: str, worker: str) -> None:
+        """A failure cool-down ended: the task may go back to that worker."""
+        self.placement.include(task, worker)
+        self._place(PLACED)
+
+    def adopt(self, rec: WorkerRecord, task: str) -> bool:
+        """``rec`` runs ``task`` although not told to: keep it if the task is short of a
+        replica there (placement refuses otherwise)."""
+        if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
+            return False
+        return bool(self.placement.assign(task, rec.id))
+
+    def correct(self, worker: str, add: Iterable[str], remove: Iterable[str]) -> None:
+        for task in add:
+            self._diff.add(worker, task)
+        for task in remove:
+            self._diff.remove(worker, task)
+
+    # -- convergence ---------------------------------------------------------------------------
+
+    def rebalance(self) -> tuple[int, bool]:
+        """One budgeted pass toward the balance criterion, make-before-break: (moves started,
+        balanced now). A task already in a hand-off does not move again until it ends."""
+        budget = self.config.move_budget
+        if budget <= 0:
+            return 0, True
+        p, handoffs = self.placement, self.handoffs
+        _, moves = p.rebalance(self.config.rebalance_tolerance, budget, pinned=handoffs.tasks)
+        started = 0
+        for m in moves:
+            if m.task in handoffs:
+                # A second replica of a task moved in the same pass: undo it (the task goes
+                # back to its source), or the task would have replicas + 2 owners until both
+                # hand-offs end. A later pass moves it once this hand-off is over.
+                p.unassign(m.task, m.target)
+                p.assign(m.task, m.source)
+                continue
+            handoffs.start(m.task, m.source)
+            self._diff.add(m.target, m.task)
+            self._feed.add("move", task=m.task, to=m.target, source=m.source,
+                           reason="rebalance")
+            started += 1
+        self._counters.tasks_moved += started
+        self._counters.rebalance_moves += started
+        return started, len(moves) < budget and started == len(moves)

@@ -1,0 +1,145 @@
+"""The dispatcher: the only place an instruction set is built, numbered and sent.
+
+Each set to a worker incarnation is numbered ``out_seq`` within the epoch, answers the worker's
+latest report (so it renews the lease from that report's send time), and carries the fencing
+token of every task it adds and the spec of those that have one. The first set carrying tasks
+that an incarnation gets from this epoch is always a reset (its whole desired set). A set
+bigger than `PART_TASKS` tasks or `PART_BYTES` of specs travels in parts that the worker
+applies together, so no frame is huge and the loop keeps receiving between them.
+
+Only the leader speaks: a standby (or a deposed leader) builds nothing.
+
+Fencing tokens (`make_token(epoch, n)`) only grow per task: each new grant of a task takes the
+task's next number in this epoch, and every epoch is above the last. A task a worker already
+runs keeps the token it runs under (its reports say which), unless its spec changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from corral.common.protocol import Instructions, make_token
+
+from .config import SupervisorConfig
+from .counters import Counters
+from .events import Action, Send
+from .lifecycle import Lifecycle
+from .records import WorkerRecord
+
+PART_TASKS = 2000  # task ids per frame of a big set
+PART_BYTES = 512 * 1024  # spec text per frame of a big set (a spec may be up to 64 KiB)
+
+
+class Dispatch:
+    def __init__(self, config: SupervisorConfig, life: Lifecycle, counters: Counters,
+                 out: list[Action], desired: Callable[[str], Mapping[str, None]],
+                 spec: Callable[[str], str | None]) -> None:
+        self._config = config
+        self._life = life
+        self._counters = counters
+        self._out = out
+        self._desired = desired
+        self._spec = spec
+        self._grants: dict[str, int] = {}  # task -> grants made of it in this epoch
+        self.renew_every = config.renew_every
+
+    def new_epoch(self) -> None:
+        """Grant numbers start over under a new (higher) epoch."""
+        self._grants = {}
+
+    def renewal_due(self, rec: WorkerRecord, now: float) -> bool:
+        return now - rec.last_sent_at >= self.renew_every
+
+    def send(self, rec: WorkerRecord, now: float, *, reset: bool = False,
+             add: Iterable[str] = (), remove: Iterable[str] = (),
+             respec: Mapping[str, None] | None = None) -> tuple[str, ...]:
+        """One instruction set to ``rec`` (a lease renewal when empty); returns the tasks it
+        adds (all of them for a reset), or () when nothing was sent."""
+        life = self._life
+        if not life.leader:
+            return ()
+        adds = tuple(add)
+        removes = tuple(remove)
+        if life.running and (reset or ((adds or removes) and not rec.got_reset)):
+            reset, adds, removes = True, tuple(self._desired(rec.id)), ()
+            rec.got_reset = True
+        elif not life.running:
+            reset, adds, removes = False, (), ()
+        rec.out_seq += 1
+        if reset or adds or removes:
+            rec.digest = None  # what it should run changed: judge its next report in full
+            rec.expect_seq, rec.expect_since, rec.mismatch_since = rec.out_seq, now, None
+            rec.expect = (life.epoch, rec.out_seq)
+            life.content_sent = True
+        rec.last_sent_at = now
+        tokens = self._tokens(rec, adds, respec) if adds else {}
+        specs = self._specs(adds) if adds else {}
+        head: dict[str, Any] = {
+            "epoch": life.epoch, "seq": rec.out_seq, "incarnation": rec.incarnation,
+            "lease": self._config.lease, "answers_seq": rec.last_seq,
+            "answers_sent_at": rec.seen_sent_at, "reset": reset}
+        if len(adds) + len(removes) <= PART_TASKS and not _big(specs):
+            self._out.append(Send(rec.identity, Instructions(
+                **head, add=adds, remove=removes, tokens=tokens, specs=specs)))
+        else:
+            self._send_parts(rec.identity, head, adds, removes, tokens, specs)
+        return adds
+
+    def renew(self, rec: WorkerRecord, now: float) -> None:
+        self.send(rec, now)
+
+    def _tokens(self, rec: WorkerRecord, adds: tuple[str, ...],
+                respec: Mapping[str, None] | None) -> dict[str, int]:
+        running = rec.status.running
+        grants, epoch = self._grants, self._life.epoch
+        tokens: dict[str, int] = {}
+        for task in adds:
+            held = running.get(task)
+            if held is not None and not (respec and task in respec):
+                tokens[task] = held
+                continue
+            n = grants.get(task, 0) + 1
+            grants[task] = n
+            tokens[task] = make_token(epoch, n)
+        return tokens
+
+    def _specs(self, adds: tuple[str, ...]) -> dict[str, str]:
+        spec = self._spec
+        out: dict[str, str] = {}
+        for task in adds:
+            text = spec(task)
+            if text is not None:
+                out[task] = text
+        return out
+
+    def _send_parts(self, identity: bytes, head: dict[str, Any], adds: tuple[str, ...],
+                    removes: tuple[str, ...], tokens: dict[str, int],
+                    specs: dict[str, str]) -> None:
+        """Split a big set into frames of at most PART_TASKS tasks and PART_BYTES of specs."""
+        chunks: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+        add_l: list[str] = []
+        n = size = 0
+        for task in adds:
+            text = specs.get(task)
+            cost = len(text) if text is not None else 0
+            if n and (n >= PART_TASKS or size + cost > PART_BYTES):
+                chunks.append((tuple(add_l), ()))
+                add_l, n, size = [], 0, 0
+            add_l.append(task)
+            n, size = n + 1, size + cost
+        if add_l:
+            chunks.append((tuple(add_l), ()))
+        for i in range(0, len(removes), PART_TASKS):
+            chunks.append(((), removes[i:i + PART_TASKS]))
+        parts = len(chunks)
+        for i, (a, r) in enumerate(chunks):
+            msg = Instructions(**head, add=a, remove=r, tokens={t: tokens[t] for t in a},
+                               specs={t: specs[t] for t in a if t in specs}, part=i,
+                               parts=parts)
+            self._out.append(Send(identity, msg))
+        self._counters.set_parts += parts
+
+
+def _big(specs: dict[str, str]) -> bool:
+    return bool(specs) and sum(map(len, specs.values())) > PART_BYTES

@@ -1,0 +1,262 @@
+"""The narrow read-only API over the supervisor's state: what views, metrics, the routing map
+and the change feed may know. Nothing outside the core's parts reaches into them; everything
+here returns plain values or frozen views, built from the parts' public methods.
+
+Lists come in a stable order (worker ids, task ids, sorted) and page by cursor (the last id of
+the previous page), so a 100,000-worker fleet answers its first page without building all of
+it. The sorted orders are cached until the set of workers or tasks changes.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from corral.common.routemap import MapVersions, RouteMap, WorkerEntry
+
+from .counters import IoCounters
+from .ha import Role
+from .records import WorkerRecord
+
+if TYPE_CHECKING:
+    from .core import SupervisorCore
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    id: str
+    address: str
+    state: str  # inactive | drained | starting | ready | lame_duck
+    active: bool
+    drained: bool
+    max_load: float
+    running: float  # the cost it reports running (0 once inactive: its lease is gone)
+    assigned: int  # replicas placement gives it
+    last_received: float
+    incarnation: int
+    lease_held: bool
+    failing: tuple[str, ...]
+    conflict: str | None
+    zone: str
+    labels: Mapping[str, str]
+    serve_utilization: float
+    serve_qps: float
+    serve_errors: float
+    contended: bool  # another process waits for its id
+
+    @property
+    def utilization(self) -> float:
+        return self.running / self.max_load if self.max_load else 0.0
+
+
+@dataclass(frozen=True)
+class TaskView:
+    id: str
+    cost: float
+    owners: tuple[str, ...]
+    tokens: Mapping[str, int]  # owner -> the fencing token it reports running the task under
+    missing: int
+    pending_reason: str | None
+    releasing: str | None  # the old owner while a hand-off is in flight
+    failing_on: tuple[str, ...]
+    spec: str | None
+
+
+class Queries:
+    def __init__(self, core: SupervisorCore) -> None:
+        self._core = core
+        self._ids: tuple[int, list[str]] = (-1, [])
+        self._task_ids: tuple[int, list[str]] = (-1, [])
+        self._map: MapVersions | None = None
+        self._io: IoCounters | None = None
+
+    # -- the supervisor -----------------------------------------------------------------------
+
+    @property
+    def config(self) -> Any:
+        return self._core.config
+
+    def lifecycle(self) -> tuple[str, int, float, bool, Role | None]:
+        """(phase, epoch, started_at, leader, the election's latest decision)."""
+        life = self._core.life
+        return str(life.phase), life.epoch, life.started_at, life.leader, life.role
+
+    def counters(self) -> dict[str, float]:
+        """The core's counters, and the daemon's I/O counters once it attached them."""
+        out = self._core.counters.as_dict()
+        if self._io is not None:
+            out.update(self._io.as_dict())
+        return out
+
+    def attach_io(self, io: IoCounters) -> None:
+        self._io = io
+
+    def placement_summary(self) -> dict[str, Any]:
+        core = self._core
+        a = core.assigner
+        p = a.placement
+        return {
+            "tasks_total": len(p.tasks),
+            "tasks_assigned": sum(1 for t in p.tasks if p.owners(t)),
+            "tasks_pending": len(p.pending()),
+            "replicas": p.replicas,
+            "strategy": p.strategy,
+            "handoffs": len(a.handoffs),
+            "version": p.version,
+            "balanced": core.balanced,
+            "rebalance_moves": core.counters.rebalance_moves,
+        }
+
+    def events(self, cursor: int | None, limit: int) -> dict[str, Any]:
+        return self._core.feed.after(cursor, limit)
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def worker_count(self) -> tuple[int, int]:
+        """(active, known)."""
+        reg = self._core.registry
+        return reg.active, len(reg)
+
+    def worker_states(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for rec in self._core.registry:
+            state = rec.display_state
+            out[state] = out.get(state, 0) + 1
+        return out
+
+    def worker(self, worker: str) -> WorkerView | None:
+        rec = self._core.registry.get(worker)
+        return None if rec is None else self._view(rec)
+
+    def workers(self, after: str | None = None) -> Iterator[WorkerView]:
+        """Every worker in id order, from the first id after ``after``."""
+        reg = self._core.registry
+        gen, ids = self._ids
+        if gen != reg.generation:
+            ids = sorted(reg.records)
+            self._ids = (reg.generation, ids)
+        start = 0 if after is None else bisect.bisect_right(ids, after)
+        for worker in ids[start:]:
+            rec = reg.get(worker)
+            if rec is not None:
+                yield self._view(rec)
+
+    def _view(self, rec: WorkerRecord) -> WorkerView:
+        st, a = rec.status, self._core.assigner
+        cost = a.placement.tasks
+        # An inactive worker's last report is stale: its lease is gone, so is its load.
+        running = sum(cost.get(t, 1.0) for t in st.running) if rec.active else 0.0
+        return WorkerView(
+            rec.id, st.serve or rec.identity.decode("utf-8", "replace"), rec.display_state,
+            rec.active, rec.drained, st.max_load, running,
+            len(a.placement.tasks_of(rec.id)), rec.last_received, rec.incarnation,
+            st.lease_held, tuple(sorted(st.failures)), rec.conflict, st.zone, st.labels,
+            st.utilization, st.qps, st.errors, rec.contender is not None)
+
+    # -- tasks --------------------------------------------------------------------------------
+
+    def task_ids(self, prefix: str | None = None, after: str | None = None,
+                 worker: str | None = None) -> Iterator[str]:
+        """Task ids in order; only ``worker``'s, only those starting with ``prefix``."""
+        a = self._core.assigner
+        if worker is not None:
+            ids: list[str] = sorted(a.placement.tasks_of(worker))
+        else:
+            gen, ids = self._task_ids
+            if gen != a.task_generation:
+                ids = sorted(a.placement.tasks)
+                self._task_ids = (a.task_generation, ids)
+        lo = 0
+        if prefix:
+            lo = bisect.bisect_left(ids, prefix)
+        if after is not None:
+            lo = max(lo, bisect.bisect_right(ids, after))
+        for task in ids[lo:]:
+            if prefix and not task.startswith(prefix):
+                return
+            yield task
+
+    def task(self, task: str) -> TaskView | None:
+        core = self._core
+        a = core.assigner
+        p = a.placement
+        cost = p.tasks.get(task)
+        if cost is None:
+            return None
+        owners = tuple(p.owners(task))
+        tokens: dict[str, int] = {}
+        failing: list[str] = list(p.excluded_from(task))
+        for w in owners:
+            rec = core.registry.get(w)
+            if rec is not None:
+                token = rec.status.running.get(task)
+                if token is not None:
+                    tokens[w] = token
+                if task in rec.status.failures and w not in failing:
+                    failing.append(w)
+        missing = p.replicas - len(owners)
+        return TaskView(task, cost, owners, tokens, max(missing, 0),
+                        self._pending_reason(task) if missing > 0 else None,
+                        a.handoffs.old_owner(task), tuple(sorted(failing)), a.spec(task))
+
+    def _pending_reason(self, task: str) -> str:
+        reasons = getattr(self._core.assigner.placement, "pending_reasons", None)
+        if reasons is not None:
+            why: str | None = reasons().get(task)
+            if why:
+                return why
+        return "no eligible worker has room for it"
+
+    def failing_count(self) -> int:
+        core = self._core
+        failing = set(core.assigner.placement.excluded())
+        for rec in core.registry:
+            if rec.active:
+                failing.update(rec.status.failures)
+        return len(failing)
+
+    def owners(self, task: str) -> tuple[str, ...]:
+        return tuple(self._core.assigner.placement.owners(task))
+
+    def pending(self) -> list[str]:
+        return sorted(self._core.assigner.placement.pending())
+
+    # -- the routing map ----------------------------------------------------------------------
+
+    def route_map(self) -> tuple[RouteMap, MapVersions]:
+        """The request-routing map, rebuilt only when something it is made of may have
+        changed: the placement's version, a worker's reported content, a worker turning
+        inactive, a hand-off starting or ending. O(1) to check, O(tasks) to rebuild."""
+        core = self._core
+        versions = self._map
+        if versions is None or versions.epoch != core.life.epoch:  # warm-up may raise it
+            versions = self._map = MapVersions(core.life.epoch)
+        a = core.assigner
+        signature = (a.placement.version, len(a.handoffs), core.registry.changes)
+        return versions.current(signature, self._routing), versions
+
+    def _routing(self) -> tuple[dict[str, tuple[str, ...]], dict[str, WorkerEntry]]:
+        """Task -> the workers that serve it; worker -> where and in what state it serves.
+
+        A task's owners are the workers the placement gives it, plus the old owner while a
+        make-before-break hand-off is in flight — each only once it reports the task running,
+        so a request never goes to a worker that has not started it yet (not_owner)."""
+        core = self._core
+        workers: dict[str, WorkerEntry] = {}
+        running: dict[str, dict[str, int]] = {}
+        for rec in core.registry:
+            st = rec.status
+            if rec.active and st.serve:
+                workers[rec.id] = WorkerEntry(st.serve, st.state.value)
+                running[rec.id] = st.running
+        p, handoffs = core.assigner.placement, core.assigner.handoffs
+        tasks: dict[str, tuple[str, ...]] = {}
+        for task in p.tasks:
+            owners = p.owners(task)
+            old = handoffs.old_owner(task) if handoffs.tasks else None
+            if old is not None and old not in owners:
+                owners = [*owners, old]
+            tasks[task] = tuple(w for w in owners if w in running and task in running[w])
+        return tasks, workers

@@ -1,0 +1,71 @@
+"""Reconciliation: does a worker run what it should, and did it get what was sent?
+
+Judged on a worker's full reports (a settled worker's reports take the core's fast path and
+are not judged at all). Two questions, in order:
+
+1. Has it applied the last set that carried changes? If its report still shows an older set
+   after a report interval (doubled per resend, capped), the set was lost — or the report is
+   older than the set, under a backlog — and a reset converges either way.
+2. Does its running set match its desired set? A difference that outlives one report interval
+   (a task that died and was dropped, a stray one) is corrected: tasks it runs that are short
+   of a replica there are adopted, the rest stopped; missing ones are sent again.
+"""
+
+from __future__ import annotations
+
+from corral.common.reconcile import correction
+
+from .assigner import Assigner
+from .config import SupervisorConfig
+from .counters import Counters
+from .lifecycle import Lifecycle
+from .records import WorkerRecord
+
+
+class Reconciler:
+    def __init__(self, config: SupervisorConfig, counters: Counters, assigner: Assigner,
+                 life: Lifecycle) -> None:
+        self._interval = config.report_interval
+        self._counters = counters
+        self._assigner = assigner
+        self._life = life
+
+    def needed(self, rec: WorkerRecord) -> bool:
+        """Whether this report needs judging (cheap: the usual report needs nothing)."""
+        st = rec.status
+        return (st.applied < rec.expect or st.running.keys() != rec.desired.keys()
+                or rec.mismatch_since is not None or rec.resend_wait != self._interval)
+
+    def check(self, rec: WorkerRecord, now: float) -> None:
+        st = rec.status
+        if rec.expect_seq:
+            epoch, seq = st.applied
+            ours = self._life.epoch
+            if epoch < ours or (epoch == ours and seq < rec.expect_seq):
+                if now - rec.expect_since >= rec.resend_wait:
+                    # Back off, so an overloaded supervisor, whose every report is late, does
+                    # not answer each one with yet another set.
+                    self._counters.resends += 1
+                    rec.resend_wait = min(rec.resend_wait * 2, 16 * self._interval)
+                    self._assigner.reset(rec.id)
+                return
+            rec.resend_wait = self._interval
+        desired = self._assigner.desired(rec.id)
+        running = st.running
+        if running.keys() == desired.keys():
+            rec.mismatch_since = None
+            return
+        if rec.mismatch_since is None:
+            rec.mismatch_since = now
+            return
+        if now - rec.mismatch_since < self._interval:
+            return
+        fix = correction(running, desired)
+        # A task it hands off and no longer runs has ended there: never start it again.
+        releasing = self._assigner.handoffs.releasing(rec.id)
+        add = [t for t in fix.add if t not in releasing]
+        remove = [t for t in fix.remove if not self._assigner.adopt(rec, t)]
+        self._counters.reconciliations += 1
+        self._assigner.correct(rec.id, add, remove)
+        rec.mismatch_since = None
+

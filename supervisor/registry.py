@@ -1,0 +1,210 @@
+"""The worker registry: who the workers are, which process speaks for each id, who is alive.
+
+It keeps one `WorkerRecord` per worker id and decides, for every report, what the report *is*
+(`Outcome`): a settled worker saying what it said last time, a change, a newcomer, a restart,
+a comeback, a stale or foreign message — or a second process using an id that a live process
+holds. It owns the workers' timeouts (one wheel entry per worker, re-armed lazily) and the
+identities; what to do about an outcome is the core's business.
+
+A second incarnation of a live id (an id thief, or a restart while the old process still
+runs) is a *contender*: nothing is sent to it until the old process is known to be gone — a
+send to the old connection found no such peer (`peer_gone`), or the old one's lease + margin
+passed in silence. If the old one reports again meanwhile, the contender is refused. A worker
+restarted after a crash is therefore taken over at once (its old connection is gone), and a
+thief never runs a task while the owner lives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from enum import IntEnum
+from typing import Any
+
+from corral.common.protocol import Status
+from corral.common.timerwheel import TimerWheel
+
+from .counters import Counters
+from .records import WorkerRecord
+
+FORGET = "forget"
+
+
+class Outcome(IntEnum):
+    STALE = 0  # not newer than the last report from that process: dropped
+    IMPOSTOR = 1  # an id and incarnation from a connection not its own: dropped
+    REFUSED = 2  # from an incarnation that was refused: refuse again
+    WAITING = 3  # a contender: sent nothing until the live holder of the id is gone
+    JOINED = 5  # a new id
+    RESTARTED = 6  # a new incarnation took the id over
+    REVIVED = 7  # an inactive worker reported again
+    CHANGED = 8  # same process, new content
+    UNCHANGED = 9  # same process and content as the last full report (digest mismatch only
+    #                because the record was not settled)
+
+
+class Registry:
+    def __init__(self, wheel: TimerWheel[Any], counters: Counters, silence: float,
+                 forget_after: float) -> None:
+        self.records: dict[str, WorkerRecord] = {}
+        self.active = 0
+        self._wheel = wheel
+        self._counters = counters
+        self._silence = silence  # lease + margin
+        self._forget_after = forget_after
+        self._contended: dict[bytes, str] = {}  # a contended id's holder's identity -> the id
+        self.generation = 0  # moves when a worker id joins or is forgotten
+        self.changes = 0  # moves whenever any record's content may have changed
+
+    def __iter__(self) -> Iterator[WorkerRecord]:
+        return iter(self.records.values())
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def get(self, worker: str) -> WorkerRecord | None:
+        return self.records.get(worker)
+
+    # -- reports (the slow path: the core handles a settled worker's report itself) ----------
+
+    def classify(self, identity: bytes, st: Status, now: float) -> tuple[Outcome, WorkerRecord]:
+        """What this report is; the record is created or updated accordingly."""
+        rec = self.records.get(st.worker)
+        if rec is None:
+            rec = self.records[st.worker] = WorkerRecord(st, identity, now)
+            self.generation += 1
+            self.changes += 1
+            self._arm(rec, now)
+            self.active += 1
+            self._counters.joins += 1
+            return Outcome.JOINED, rec
+        inc = st.incarnation
+        if inc == rec.incarnation:
+            if st.seq <= rec.last_seq:
+                self._counters.stale_reports += 1
+                return Outcome.STALE, rec
+            if identity != rec.identity:
+                self._counters.impostor_reports += 1
+                return Outcome.IMPOSTOR, rec
+            return self._same_process(rec, st, now), rec
+        if inc in rec.refused:
+            self._counters.refused_reports += 1
+            return Outcome.REFUSED, rec
+        if not rec.active:
+            return self._take_over(rec, identity, st, now), rec
+        if inc == rec.prev_incarnation:
+            # The process this one replaced speaks again: it lost its id when it was taken
+            # for gone; it is refused, the current one keeps the id.
+            rec.refused[inc] = None
+            self._counters.refused_reports += 1
+            return Outcome.REFUSED, rec
+        # Another process wants a live id: it waits.
+        if rec.contender is None or rec.contender[1].incarnation != inc:
+            self._counters.contested_ids += 1
+        rec.contender = (identity, st)
+        self._contended[rec.identity] = rec.id
+        return Outcome.WAITING, rec
+
+    def _same_process(self, rec: WorkerRecord, st: Status, now: float) -> Outcome:
+        self.changes += 1
+        prev = rec.status
+        rec.status = st
+        rec.last_seq = st.seq
+        rec.seen_sent_at = st.sent_at
+        # The timeout is re-armed lazily: it fires at the old deadline, sees this later report
+        # and moves itself to last_received + lease + margin. Same deadline, no timer work here.
+        rec.last_received = now
+        if not rec.active:
+            self._revive(rec, now)
+            return Outcome.REVIVED
+        if st.state is not prev.state or st.max_load != prev.max_load:
+            return Outcome.CHANGED
+        return Outcome.UNCHANGED
+
+    def refuse_contender(self, rec: WorkerRecord) -> tuple[bytes, int, str]:
+        """The contender is refused for good: (its identity, its incarnation, why)."""
+        assert rec.contender is not None
+        identity, st = rec.contender
+        rec.contender = None
+        self._contended.pop(rec.identity, None)
+        rec.refused[st.incarnation] = None
+        rec.conflict = (f"two live workers use id {rec.id!r}: incarnation {st.incarnation:x} "
+                        f"started while {rec.incarnation:x} was running and was refused")
+        self._counters.duplicate_ids += 1
+        return identity, st.incarnation, rec.conflict
+
+    def _take_over(self, rec: WorkerRecord, identity: bytes, st: Status, now: float) -> Outcome:
+        self._contended.pop(rec.identity, None)
+        self.changes += 1
+        was_active = rec.active
+        rec.prev_incarnation = rec.incarnation
+        rec.new_incarnation(st, identity)
+        rec.last_received = now
+        self._counters.restarts += 1
+        if not was_active:
+            self._revive(rec, now)
+        return Outcome.RESTARTED
+
+    def peer_gone(self, identity: bytes, now: float) -> WorkerRecord | None:
+        """A send to ``identity`` found no connection. If a contender waits for that worker's
+        id, it takes the id over now; returns the record it took over."""
+        worker = self._contended.get(identity)
+        rec = self.records.get(worker) if worker is not None else None
+        if rec is None or rec.identity != identity or rec.contender is None:
+            return None
+        self.accept_contender(rec, now)
+        return rec
+
+    def accept_contender(self, rec: WorkerRecord, now: float) -> None:
+        """The holder of a contended id is gone: the contender takes the id over."""
+        assert rec.contender is not None
+        identity, st = rec.contender
+        self._take_over(rec, identity, st, now)
+
+    def probe_due(self, rec: WorkerRecord, now: float, every: float) -> bool:
+        """Whether to check again that a contended id's holder is still connected."""
+        if now - rec.last_probe < every:
+            return False
+        rec.last_probe = now
+        return True
+
+    # -- liveness ----------------------------------------------------------------------------
+
+    def _arm(self, rec: WorkerRecord, now: float) -> None:
+        self._wheel.schedule_timeout(rec.id, now + self._silence)
+
+    def _revive(self, rec: WorkerRecord, now: float) -> None:
+        rec.active = True
+        self.active += 1
+        self._arm(rec, now)
+        self._wheel.cancel((FORGET, rec.id))
+        self._counters.revivals += 1
+
+    def timeout(self, worker: str, now: float) -> WorkerRecord | None:
+        """Its timer fired: re-armed if it reported since; else it turns inactive (returned).
+        A contender waiting for the id takes it over then (the core admits it)."""
+        rec = self.records.get(worker)
+        if rec is None or not rec.active:
+            return None
+        due = rec.last_received + self._silence
+        if now < due:  # it reported since this was armed: re-arm from its last report
+            self._wheel.schedule_timeout(worker, due)
+            return None
+        rec.active = False
+        rec.digest = None
+        self.active -= 1
+        self.changes += 1
+        self._counters.lease_expiries += 1
+        self._wheel.schedule_timeout((FORGET, worker), now + self._forget_after)
+        return rec
+
+    def forget(self, worker: str) -> None:
+        rec = self.records.get(worker)
+        if rec is not None and not rec.active:
+            del self.records[worker]
+            self.generation += 1
+            self.changes += 1
+
+    def reset_numbering(self) -> None:
+        """A new epoch (HA promotion): every worker's instruction sets start over."""
+        for rec in self.records.values():
+            rec.reset_numbering()
