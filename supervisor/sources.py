@@ -2,11 +2,12 @@
 
 ``--tasks SOURCE``:
 
-* ``file:PATH`` — one id per line, or JSON / TOML (by extension) with optional per-task cost;
+* ``file:PATH`` — one id per line, or JSON / TOML (by extension) with full entries;
 * ``cmd:COMMAND`` — a shell command whose stdout lines (or JSON, if it starts with ``[`` or
   ``{``) are the tasks; a non-zero exit or a timeout is a failure;
 * ``http://…`` / ``https://…`` — a URL returning JSON;
-* ``python:module:function`` — a function returning ids or a mapping of id to cost.
+* ``python:module:function`` — a function returning ids, a mapping of id to cost or to entry,
+  or entry dicts.
 
 Every failure — unreachable, timed out, malformed — is one `TaskSourceError` with a sentence;
 the supervisor logs it and keeps its last good list. Fetches run on a worker thread (see
@@ -24,9 +25,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 from corral.common.errors import ConfigError, TaskSourceError
-from corral.common.tasklist import normalize, parse_json, parse_lines, parse_text
+from corral.common.tasklist import TaskEntry, normalize, parse_json, parse_lines, parse_text
 
 from .events import TasksFetched
 
@@ -54,7 +56,7 @@ class TaskSource:
     def __str__(self) -> str:
         return self.target if self.kind == "http" else f"{self.kind}:{self.target}"
 
-    def fetch(self, timeout: float) -> dict[str, float]:
+    def fetch(self, timeout: float) -> dict[str, TaskEntry]:
         try:
             return getattr(self, f"_fetch_{self.kind}")(timeout)  # type: ignore[no-any-return]
         except TaskSourceError:
@@ -62,7 +64,7 @@ class TaskSource:
         except Exception as exc:  # whatever the source does wrong becomes one clear error
             raise TaskSourceError(f"{self}: {type(exc).__name__}: {exc}") from None
 
-    def _fetch_file(self, timeout: float) -> dict[str, float]:
+    def _fetch_file(self, timeout: float) -> dict[str, TaskEntry]:
         path = Path(self.target)
         try:
             if path.stat().st_size > MAX_BYTES:
@@ -74,7 +76,7 @@ class TaskSource:
             raise TaskSourceError(f"{path}: not UTF-8 text") from None
         return parse_text(text, str(path))
 
-    def _fetch_cmd(self, timeout: float) -> dict[str, float]:
+    def _fetch_cmd(self, timeout: float) -> dict[str, TaskEntry]:
         try:
             done = subprocess.run(self.target, shell=True, capture_output=True, text=True,
                                   timeout=timeout, stdin=subprocess.DEVNULL)
@@ -88,7 +90,7 @@ class TaskSource:
             return parse_json(out, f"cmd:{self.target}")
         return parse_lines(out, f"cmd:{self.target}")
 
-    def _fetch_http(self, timeout: float) -> dict[str, float]:
+    def _fetch_http(self, timeout: float) -> dict[str, TaskEntry]:
         try:
             with urllib.request.urlopen(self.target, timeout=timeout) as resp:
                 body = resp.read(MAX_BYTES + 1)
@@ -101,7 +103,7 @@ class TaskSource:
             raise TaskSourceError(f"{self.target}: answer larger than {MAX_BYTES} bytes")
         return parse_json(body.decode("utf-8", "replace"), self.target)
 
-    def _fetch_python(self, timeout: float) -> dict[str, float]:
+    def _fetch_python(self, timeout: float) -> dict[str, TaskEntry]:
         module, _, name = self.target.partition(":")
         fn = getattr(importlib.import_module(module), name)
         return normalize(fn(), f"python:{self.target}")
@@ -134,7 +136,8 @@ class Fetcher:
 
     def _run(self, reset: bool) -> None:
         try:
-            result = TasksFetched(self.source.fetch(self.timeout), None, reset)
+            # events.py still types the list as {id: cost} until the core takes entries.
+            result = TasksFetched(cast(Any, self.source.fetch(self.timeout)), None, reset)
         except TaskSourceError as exc:
             result = TasksFetched(None, str(exc), reset)
         with self._lock:

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from corral.common.errors import TaskSourceError
+from corral.common.tasklist import TaskEntry
 from corral.supervisor.sources import Fetcher, TaskSource
 
 
 def fetch(spec: str, timeout: float = 5.0) -> dict[str, float]:
-    return TaskSource.parse(spec).fetch(timeout)
+    return {k: v.cost for k, v in TaskSource.parse(spec).fetch(timeout).items()}
 
 
 def test_file_sources(tmp_path: Path) -> None:
@@ -104,5 +105,5 @@ def test_fetcher_runs_off_thread_and_queues_one_more() -> None:
     while len(f.results) < 2 and time.monotonic() < deadline:
         woken.wait(0.1)
     assert [r.reset for r in f.results] == [True, False]
-    assert all(r.tasks == {"a": 1.0} for r in f.results)
+    assert all(r.tasks == {"a": TaskEntry()} for r in f.results)
     assert not f.busy()
