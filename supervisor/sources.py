@@ -9,7 +9,9 @@
 * ``http://…`` / ``https://…`` — a URL returning JSON; asked with ``If-None-Match`` (or
   ``If-Modified-Since``), so an unchanged list costs one 304;
 * ``python:module:function`` — a function returning ids, a mapping of id to cost or to entry,
-  or entry dicts.
+  or entry dicts;
+* ``etcd://HOST:PORT[,HOST:PORT…]/PREFIX`` — one key per task, kept current by a watch
+  (supervisor/etcdsource.py).
 
 Every failure — unreachable, timed out, malformed — is one `TaskSourceError` with a sentence;
 the supervisor logs it and keeps its last good list. Everything runs on the `Fetcher`'s thread,
@@ -33,6 +35,7 @@ from corral.common import logs
 from corral.common.errors import ConfigError, TaskSourceError
 from corral.common.tasklist import TaskEntry, normalize, parse_json, parse_lines
 
+from . import etcdsource
 from .events import TasksFetched
 from .sourcecounters import SourceCounters
 from .watch import MAX_BYTES, FileWatch, parse_file, read_file
@@ -42,7 +45,7 @@ Tasks = dict[str, TaskEntry]
 
 @dataclass(frozen=True)
 class TaskSource:
-    kind: str  # file | cmd | http | python
+    kind: str  # file | cmd | http | python | etcd
     target: str
 
     @classmethod
@@ -50,16 +53,20 @@ class TaskSource:
         """From ``--tasks``; a malformed spec is a configuration error."""
         if spec.startswith(("http://", "https://")):
             return cls("http", spec)
+        if spec.startswith("etcd://"):
+            etcdsource.parse_target(spec)
+            return cls("etcd", spec)
         kind, sep, target = spec.partition(":")
         if not sep or kind not in ("file", "cmd", "python") or not target:
             raise ConfigError("tasks", f"expected file:PATH, cmd:COMMAND, http(s)://URL, "
-                                       f"or python:module:function, got {spec!r}")
+                                       f"python:module:function or etcd://HOST:PORT/PREFIX, "
+                                       f"got {spec!r}")
         if kind == "python" and target.count(":") != 1:
             raise ConfigError("tasks", f"expected python:module:function, got {spec!r}")
         return cls(kind, target)
 
     def __str__(self) -> str:
-        return self.target if self.kind == "http" else f"{self.kind}:{self.target}"
+        return self.target if self.kind in ("http", "etcd") else f"{self.kind}:{self.target}"
 
     def fetch(self, timeout: float) -> Tasks:
         """Read the list once (no watching, no conditional request)."""
@@ -97,6 +104,9 @@ class TaskSource:
         module, _, name = self.target.partition(":")
         fn = getattr(importlib.import_module(module), name)
         return normalize(fn(), f"python:{self.target}")
+
+    def _fetch_etcd(self, timeout: float) -> Tasks:
+        return etcdsource.fetch_once(self.target, timeout)
 
 
 @dataclass(frozen=True)
@@ -180,7 +190,7 @@ class _Asked:
 
 class Fetcher:
     """The supervisor's side of its task source: one thread that runs the queries the loop
-    asks for (`request`) and, for sources that tell (file:), watches them once asked
+    asks for (`request`) and, for sources that tell (file:, etcd:), watches them once asked
     once. Results go to `results` (then `wake` is called); the loop pops them.
 
     A request while another runs is remembered and run after it (with reset if either asked
@@ -209,6 +219,9 @@ class Fetcher:
         self._driver: Driver
         if source.kind == "file":
             self._driver = FileWatch(Path(source.target), self.counters)
+        elif source.kind == "etcd":
+            self._driver = etcdsource.EtcdSource(source.target, timeout, self.counters,
+                                                 self._nudge, self.log)
         else:
             self._driver = _Asked(source, timeout)
 

@@ -61,7 +61,9 @@ def test_cmd_sources() -> None:
 
 
 def test_source_specs() -> None:
-    for bad in ("ftp://x", "file:", "python:mod"):
+    assert str(TaskSource.parse("etcd://127.0.0.1:2379/corral/tasks")) == \
+        "etcd://127.0.0.1:2379/corral/tasks"
+    for bad in ("ftp://x", "file:", "python:mod", "etcd://h:1", "etcd://h:1/", "etcd://h/x"):
         with pytest.raises(ConfigError, match="tasks"):
             TaskSource.parse(bad)
 
