@@ -18,21 +18,12 @@ from corral.supervisor.sources import TaskSource
 
 from ..e2e.procs import wait_until
 from ..etcd_server import Etcd
-from .test_sources import Loop
+from . import sourceloop
+from .sourceloop import Loop, Loops
+
+loops_fixture = sourceloop.loops_fixture  # the `loops` fixture
 
 WITHIN = 10.0  # generous bound for "applied within a second" on a loaded 2-core machine
-
-
-@pytest.fixture()
-def loops() -> Iterator[list[Loop]]:
-    made: list[Loop] = []
-    try:
-        yield made
-    finally:
-        for loop in made:
-            assert loop.fetcher.stop(), "the source's thread did not stop"
-        names = {t.name for t in threading.enumerate()}
-        assert not names & {"task-source", "etcd-task-watch"}, names
 
 
 def replace(path: Path, text: str) -> None:
@@ -47,13 +38,11 @@ def shows(loop: Loop, tasks: dict[str, Any]) -> None:
 
 
 def test_file_changes_are_applied_whichever_way_they_are_written(
-    loops: list[Loop], tmp_path: Path
+    loops: Loops, tmp_path: Path
 ) -> None:
     path = tmp_path / "tasks.json"
     path.write_text('["a"]')
-    loop = Loop(f"file:{path}")
-    loops.append(loop)
-    loop.fetcher.request(reset=True)
+    loop = loops.asked(f"file:{path}")
     shows(loop, {"a": TaskEntry()})
     replace(path, '[{"id": "b", "spec": {"v": 1}}]')  # a new inode
     shows(loop, {"b": TaskEntry(spec='{"v":1}')})
@@ -66,12 +55,10 @@ def test_file_changes_are_applied_whichever_way_they_are_written(
     assert loop.fetcher.counters.watch_events >= 3
 
 
-def test_a_broken_file_keeps_the_last_good_list(loops: list[Loop], tmp_path: Path) -> None:
+def test_a_broken_file_keeps_the_last_good_list(loops: Loops, tmp_path: Path) -> None:
     path = tmp_path / "tasks.toml"
     path.write_text('tasks = ["a", "b"]')
-    loop = Loop(f"file:{path}")
-    loops.append(loop)
-    loop.fetcher.request(reset=True)
+    loop = loops.asked(f"file:{path}")
     shows(loop, {"a": TaskEntry(), "b": TaskEntry()})
     replace(path, 'tasks = ["a", ')  # half a list: refused, reported once
     wait_until(lambda: loop.seen[-1].error is not None, timeout=WITHIN, what="the error")
@@ -87,12 +74,10 @@ def test_a_broken_file_keeps_the_last_good_list(loops: list[Loop], tmp_path: Pat
     assert loop.fetcher.counters.failures == 2
 
 
-def test_the_same_content_again_is_no_event(loops: list[Loop], tmp_path: Path) -> None:
+def test_the_same_content_again_is_no_event(loops: Loops, tmp_path: Path) -> None:
     path = tmp_path / "tasks.txt"
     path.write_text("a\n")
-    loop = Loop(f"file:{path}")
-    loops.append(loop)
-    loop.fetcher.request(reset=True)
+    loop = loops.asked(f"file:{path}")
     shows(loop, {"a": TaskEntry()})
     replace(path, "# the same tasks\na\n")
     wait_until(lambda: loop.fetcher.counters.unchanged >= 1, timeout=WITHIN, what="unchanged")
@@ -134,16 +119,14 @@ def store(etcd: Etcd) -> Iterator[Store]:
 
 
 def test_etcd_puts_and_deletes_reach_the_list(
-    etcd: Etcd, store: Store, loops: list[Loop]
+    etcd: Etcd, store: Store, loops: Loops
 ) -> None:
     store.put("cam-1", {"cost": 2, "spec": {"url": "rtsp://1"}, "require": {"gpu": "true"}})
     store.put("cam-2", "")
     target = f"{etcd.endpoint}/corral/tasks"
     assert TaskSource.parse(target).fetch(5) == {
         "cam-1": TaskEntry(2.0, '{"url":"rtsp://1"}', {"gpu": "true"}), "cam-2": TaskEntry()}
-    loop = Loop(target)
-    loops.append(loop)
-    loop.fetcher.request(reset=True)
+    loop = loops.asked(target)
     shows(loop, {"cam-1": TaskEntry(2.0, '{"url":"rtsp://1"}', {"gpu": "true"}),
                  "cam-2": TaskEntry()})
     store.put("cam-3", {"replicas": 3})
@@ -163,13 +146,11 @@ def test_etcd_puts_and_deletes_reach_the_list(
 
 
 def test_etcd_down_keeps_the_list_and_reconnects(
-    etcd: Etcd, store: Store, loops: list[Loop]
+    etcd: Etcd, store: Store, loops: Loops
 ) -> None:
     store.put("a", 1)
-    loop = Loop(f"{etcd.endpoint}/corral/tasks")
-    loops.append(loop)
+    loop = loops.asked(f"{etcd.endpoint}/corral/tasks")
     f = loop.fetcher
-    f.request(reset=True)
     shows(loop, {"a": TaskEntry()})
     etcd.stop()
     wait_until(lambda: loop.seen[-1].error is not None, timeout=WITHIN, what="the loss")
@@ -223,15 +204,13 @@ def test_a_compacted_revision_asks_for_a_full_read(etcd: Etcd, store: Store) -> 
         stream.stop()
 
 
-def test_endpoints_are_tried_in_turn(etcd: Etcd, store: Store, loops: list[Loop]) -> None:
+def test_endpoints_are_tried_in_turn(etcd: Etcd, store: Store, loops: Loops) -> None:
     from ..e2e.procs import free_port
 
     store.put("a", 1)
     target = f"etcd://127.0.0.1:{free_port()},127.0.0.1:{etcd.port}/corral/tasks"
     assert TaskSource.parse(target).fetch(5) == {"a": TaskEntry()}
-    loop = Loop(target)
-    loops.append(loop)
-    loop.fetcher.request(reset=True)  # the first endpoint refuses: an error, then the next
+    loop = loops.asked(target)  # the first endpoint refuses: an error, then the next
     shows(loop, {"a": TaskEntry()})
     first, second = loop.seen
     assert first.error is not None and "the last good list stays" in first.error

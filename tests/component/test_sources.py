@@ -16,9 +16,13 @@ import pytest
 from corral.common.errors import ConfigError, TaskSourceError
 from corral.common.tasklist import TaskEntry
 from corral.supervisor.events import TasksFetched
-from corral.supervisor.sources import Fetcher, TaskSource
+from corral.supervisor.sources import TaskSource
 
 from ..e2e.procs import wait_until
+from . import sourceloop
+from .sourceloop import Loops
+
+loops_fixture = sourceloop.loops_fixture  # the `loops` fixture
 
 
 def fetch(spec: str, timeout: float = 5.0) -> dict[str, float]:
@@ -166,43 +170,9 @@ def test_python_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 # -- the Fetcher ------------------------------------------------------------------------------
 
 
-class Loop:
-    """Stands in for the daemon's loop: a Fetcher whose results it collects."""
-
-    def __init__(self, spec: str, timeout: float = 5.0) -> None:
-        self.fetcher = Fetcher(TaskSource.parse(spec), timeout, self._woken)
-        self.seen: list[TasksFetched] = []
-        self.lock = threading.Lock()
-
-    def _woken(self) -> None:
-        with self.lock:
-            while self.fetcher.results:
-                self.seen.append(self.fetcher.results.popleft())
-
-    def got(self, n: int) -> list[TasksFetched]:
-        wait_until(lambda: len(self.seen) >= n, timeout=10, what=f"{n} results")
-        return self.seen
-
-    def lists(self) -> list[dict[str, Any] | None]:
-        with self.lock:
-            return [None if r.tasks is None else dict(r.tasks) for r in self.seen]
-
-
-@pytest.fixture()
-def loops() -> Iterator[list[Loop]]:
-    made: list[Loop] = []
-    try:
-        yield made
-    finally:
-        for loop in made:
-            assert loop.fetcher.stop(), "the source's thread did not stop"
-
-
-def test_fetcher_runs_off_thread_and_queues_one_more(loops: list[Loop], tmp_path: Path) -> None:
+def test_fetcher_runs_off_thread_and_queues_one_more(loops: Loops, tmp_path: Path) -> None:
     started = tmp_path / "started"
-    loop = Loop(f"cmd:touch {started}; sleep 0.5; echo a")
-    loops.append(loop)
-    loop.fetcher.request(reset=True)
+    loop = loops.asked(f"cmd:touch {started}; sleep 0.5; echo a")
     wait_until(started.exists, timeout=10, what="the first query running")
     assert loop.fetcher.busy()
     loop.fetcher.request(reset=False)  # queued behind the first
@@ -214,11 +184,9 @@ def test_fetcher_runs_off_thread_and_queues_one_more(loops: list[Loop], tmp_path
     assert not loop.fetcher.busy()
 
 
-def test_a_failed_reset_is_owed_to_the_next_list(loops: list[Loop], tmp_path: Path) -> None:
+def test_a_failed_reset_is_owed_to_the_next_list(loops: Loops, tmp_path: Path) -> None:
     path = tmp_path / "t.txt"
-    loop = Loop(f"cmd:cat {path}")
-    loops.append(loop)
-    loop.fetcher.request(reset=True)
+    loop = loops.asked(f"cmd:cat {path}")
     first = loop.got(1)[0]
     assert first.tasks is None and first.error and "exit status 1" in first.error
     path.write_text("a\n")
@@ -227,11 +195,9 @@ def test_a_failed_reset_is_owed_to_the_next_list(loops: list[Loop], tmp_path: Pa
     assert loop.fetcher.counters.failures == 1
 
 
-def test_http_unchanged_costs_one_304_and_no_event(loops: list[Loop], site: Site) -> None:
-    loop = Loop(f"{site.url}/tasks")
-    loops.append(loop)
+def test_http_unchanged_costs_one_304_and_no_event(loops: Loops, site: Site) -> None:
+    loop = loops.asked(f"{site.url}/tasks")
     f = loop.fetcher
-    f.request(reset=True)
     assert loop.got(1)[0].tasks == {"h1": TaskEntry(), "h2": TaskEntry()}
     f.request(reset=False)  # conditional: the server says 304
     wait_until(lambda: f.counters.unchanged == 1, timeout=10, what="a 304")
@@ -245,11 +211,9 @@ def test_http_unchanged_costs_one_304_and_no_event(loops: list[Loop], site: Site
     assert f.counters.queries == 4 and f.counters.updates == 3
 
 
-def test_http_last_modified_when_there_is_no_etag(loops: list[Loop], site: Site) -> None:
+def test_http_last_modified_when_there_is_no_etag(loops: Loops, site: Site) -> None:
     site.validator = "last-modified"
-    loop = Loop(f"{site.url}/tasks")
-    loops.append(loop)
-    loop.fetcher.request(reset=True)
+    loop = loops.asked(f"{site.url}/tasks")
     loop.got(1)
     loop.fetcher.request(reset=False)
     wait_until(lambda: loop.fetcher.counters.unchanged == 1, timeout=10, what="a 304")
@@ -257,11 +221,9 @@ def test_http_last_modified_when_there_is_no_etag(loops: list[Loop], site: Site)
 
 
 def test_a_broken_answer_keeps_the_validators_of_the_last_good_list(
-    loops: list[Loop], site: Site
+    loops: Loops, site: Site
 ) -> None:
-    loop = Loop(f"{site.url}/tasks")
-    loops.append(loop)
-    loop.fetcher.request(reset=True)
+    loop = loops.asked(f"{site.url}/tasks")
     loop.got(1)
     site.change(b"[broken")
     loop.fetcher.request(reset=False)
