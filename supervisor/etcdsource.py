@@ -82,8 +82,9 @@ class _Table:
 
     def delete(self, key: bytes) -> None:
         name = self._name(key)
-        self.entries.pop(name or "", None)
-        self.bad.pop(name if name is not None else repr(key), None)
+        if name is not None:
+            self.entries.pop(name, None)
+        self.bad.pop(repr(key) if name is None else name, None)
 
     def snapshot(self) -> dict[str, TaskEntry]:
         """A copy of the list, or one error naming the first bad key (and how many more)."""
