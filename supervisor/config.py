@@ -23,7 +23,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("control", "endpoint", "tcp://127.0.0.1:7761", "where corralctl connects"),
     Setting(
         "tasks", "str", "",
-        "task source: file:PATH (lines, JSON or TOML), cmd:COMMAND, http(s)://URL, "
+        "task source: file:PATH (lines, JSON or TOML; re-read when it changes), cmd:COMMAND, "
+        "http(s)://URL, etcd://HOST:PORT[,HOST:PORT…]/PREFIX (one key per task, watched), "
         "python:module:function", metavar="SOURCE",
     ),
     Setting("replicas", "int", 1, "how many workers run each task", at_least(1)),

@@ -367,8 +367,6 @@ class SupervisorCore:
     def _tasks(self, ev: TasksFetched, now: float) -> None:
         self.counters.task_queries += 1
         life, tasks = self.life, ev.tasks
-        if ev.unchanged and self.assigner.listed:
-            return
         if tasks is None or (not tasks and not self.config.allow_empty):
             self.counters.source_errors += 1
             why = (f"task query failed; keeping the last good list: {ev.error}" if tasks is None

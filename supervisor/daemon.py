@@ -94,7 +94,7 @@ class Daemon:
         epoch = 0 if config.ha else epochs.next_epoch(self.epoch_path)
         self.core = SupervisorCore(config, epoch, clock())
         self.io = IoCounters()
-        self.core.queries.attach_io(self.io)
+        self.core.queries.attach(self.io)
         self._signals: deque[int] = deque()
         self._roles: deque[Role] = deque()
         self._outq: deque[Send] = deque()
@@ -113,7 +113,8 @@ class Daemon:
         except BaseException:
             self.close()
             raise
-        self.fetcher = Fetcher(self.source, config.source_timeout, self.wake)
+        self.fetcher = Fetcher(self.source, config.source_timeout, self.wake, self.log)
+        self.core.queries.attach(self.fetcher.counters)
         self.collector = (metrics.serve(self.core.queries, config.metrics)
                           if config.metrics else None)
         self._next_snapshot = clock() + 1.0
@@ -390,6 +391,9 @@ class Daemon:
         if self.election is not None:
             self.election.stop()
             self.election = None
+        fetcher = getattr(self, "fetcher", None)  # absent when binding failed
+        if fetcher is not None and not fetcher.stop():
+            self.log.warning("a task query did not end in time; its thread is left behind")
         for s in self._sockets:
             s.close(linger=0)
         self._sockets.clear()

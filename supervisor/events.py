@@ -36,13 +36,12 @@ class Report(_Frozen, frozen=True):
 
 
 class TasksFetched(_Frozen, frozen=True):
-    """A task query ended: the list (task id -> entry), or None and why it failed.
-    ``unchanged`` means the source said its list is the one it gave last time."""
+    """A task query ended, or a watching source saw a change: the list (task id -> entry),
+    or None and why it failed. (A list equal to the last one is no event at all.)"""
 
     tasks: Mapping[str, TaskEntry] | None
     error: str | None
     reset: bool
-    unchanged: bool = False
 
 
 class RoleChanged(_Frozen, frozen=True):

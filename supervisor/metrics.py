@@ -45,6 +45,12 @@ COUNTERS = {
     "task_queries": "task queries completed",
     "source_errors": "task queries that failed or were refused",
     "failures_moved": "replicas moved off a worker they kept failing on",
+    "source_queries": "task source requests answered",
+    "source_updates": "new task lists the source handed over (asked for or watched)",
+    "source_unchanged": "task lists found equal to the last one (HTTP 304 included)",
+    "source_failures": "failed reads, broken lists, lost watches, failed reconnects",
+    "source_reconnects": "task source watches re-established after a loss",
+    "source_watch_events": "changes a task source's watch saw",
 }
 
 

@@ -12,16 +12,19 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from corral.common.routemap import MapVersions, RouteMap, WorkerEntry
 
-from .counters import IoCounters
 from .ha import Role
 from .records import WorkerRecord
 
 if TYPE_CHECKING:
     from .core import SupervisorCore
+
+
+class Countable(Protocol):
+    def as_dict(self) -> Mapping[str, float]: ...
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class Queries:
         self._ids: tuple[int, list[str]] = (-1, [])
         self._task_ids: tuple[int, list[str]] = (-1, [])
         self._map: MapVersions | None = None
-        self._io: IoCounters | None = None
+        self._attached: list[Countable] = []
 
     # -- the supervisor -----------------------------------------------------------------------
 
@@ -84,14 +87,14 @@ class Queries:
         return str(life.phase), life.epoch, life.started_at, life.leader, life.role
 
     def counters(self) -> dict[str, float]:
-        """The core's counters, and the daemon's I/O counters once it attached them."""
+        """The core's counters, and those the daemon attached (its I/O, the task source's)."""
         out = self._core.counters.as_dict()
-        if self._io is not None:
-            out.update(self._io.as_dict())
+        for more in self._attached:
+            out.update(more.as_dict())
         return out
 
-    def attach_io(self, io: IoCounters) -> None:
-        self._io = io
+    def attach(self, counters: Countable) -> None:
+        self._attached.append(counters)
 
     def placement_summary(self) -> dict[str, Any]:
         core = self._core

@@ -2,15 +2,20 @@
 
 ``--tasks SOURCE``:
 
-* ``file:PATH`` — one id per line, or JSON / TOML (by extension) with optional per-task cost;
+* ``file:PATH`` — one id per line, or JSON / TOML (by extension) with full entries; watched:
+  re-read within a second of a change (supervisor/watch.py);
 * ``cmd:COMMAND`` — a shell command whose stdout lines (or JSON, if it starts with ``[`` or
   ``{``) are the tasks; a non-zero exit or a timeout is a failure;
-* ``http://…`` / ``https://…`` — a URL returning JSON;
-* ``python:module:function`` — a function returning ids or a mapping of id to cost.
+* ``http://…`` / ``https://…`` — a URL returning JSON; asked with ``If-None-Match`` (or
+  ``If-Modified-Since``), so an unchanged list costs one 304;
+* ``python:module:function`` — a function returning ids, a mapping of id to cost or to entry,
+  or entry dicts;
+* ``etcd://HOST:PORT[,HOST:PORT…]/PREFIX`` — one key per task, kept current by a watch
+  (supervisor/etcdsource.py).
 
 Every failure — unreachable, timed out, malformed — is one `TaskSourceError` with a sentence;
-the supervisor logs it and keeps its last good list. Fetches run on a worker thread (see
-`Fetcher`) because a query may take seconds and the loop must keep renewing leases meanwhile.
+the supervisor logs it and keeps its last good list. Everything runs on the `Fetcher`'s thread,
+because a query may take seconds and the loop must keep renewing leases meanwhile.
 """
 
 from __future__ import annotations
@@ -24,18 +29,23 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
+from corral.common import logs
 from corral.common.errors import ConfigError, TaskSourceError
-from corral.common.tasklist import TaskEntry, normalize, parse_json, parse_lines, parse_text
+from corral.common.tasklist import TaskEntry, normalize, parse_json, parse_lines
 
+from . import etcdsource
 from .events import TasksFetched
+from .sourcecounters import SourceCounters
+from .watch import MAX_BYTES, FileWatch, parse_file, read_file
 
-MAX_BYTES = 64 * 1024 * 1024
+Tasks = dict[str, TaskEntry]
 
 
 @dataclass(frozen=True)
 class TaskSource:
-    kind: str  # file | cmd | http | python
+    kind: str  # file | cmd | http | python | etcd
     target: str
 
     @classmethod
@@ -43,18 +53,23 @@ class TaskSource:
         """From ``--tasks``; a malformed spec is a configuration error."""
         if spec.startswith(("http://", "https://")):
             return cls("http", spec)
+        if spec.startswith("etcd://"):
+            etcdsource.parse_target(spec)
+            return cls("etcd", spec)
         kind, sep, target = spec.partition(":")
         if not sep or kind not in ("file", "cmd", "python") or not target:
-            raise ConfigError("tasks", f"expected file:PATH, cmd:COMMAND, http(s)://URL or "
-                                       f"python:module:function, got {spec!r}")
+            raise ConfigError("tasks", f"expected file:PATH, cmd:COMMAND, http(s)://URL, "
+                                       f"python:module:function or etcd://HOST:PORT/PREFIX, "
+                                       f"got {spec!r}")
         if kind == "python" and target.count(":") != 1:
             raise ConfigError("tasks", f"expected python:module:function, got {spec!r}")
         return cls(kind, target)
 
     def __str__(self) -> str:
-        return self.target if self.kind == "http" else f"{self.kind}:{self.target}"
+        return self.target if self.kind in ("http", "etcd") else f"{self.kind}:{self.target}"
 
-    def fetch(self, timeout: float) -> dict[str, float]:
+    def fetch(self, timeout: float) -> Tasks:
+        """Read the list once (no watching, no conditional request)."""
         try:
             return getattr(self, f"_fetch_{self.kind}")(timeout)  # type: ignore[no-any-return]
         except TaskSourceError:
@@ -62,19 +77,11 @@ class TaskSource:
         except Exception as exc:  # whatever the source does wrong becomes one clear error
             raise TaskSourceError(f"{self}: {type(exc).__name__}: {exc}") from None
 
-    def _fetch_file(self, timeout: float) -> dict[str, float]:
+    def _fetch_file(self, timeout: float) -> Tasks:
         path = Path(self.target)
-        try:
-            if path.stat().st_size > MAX_BYTES:
-                raise TaskSourceError(f"{path}: larger than {MAX_BYTES} bytes")
-            text = path.read_text()
-        except OSError as exc:
-            raise TaskSourceError(f"{path}: cannot read: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise TaskSourceError(f"{path}: not UTF-8 text") from None
-        return parse_text(text, str(path))
+        return parse_file(read_file(path), path)
 
-    def _fetch_cmd(self, timeout: float) -> dict[str, float]:
+    def _fetch_cmd(self, timeout: float) -> Tasks:
         try:
             done = subprocess.run(self.target, shell=True, capture_output=True, text=True,
                                   timeout=timeout, stdin=subprocess.DEVNULL)
@@ -88,64 +95,221 @@ class TaskSource:
             return parse_json(out, f"cmd:{self.target}")
         return parse_lines(out, f"cmd:{self.target}")
 
-    def _fetch_http(self, timeout: float) -> dict[str, float]:
-        try:
-            with urllib.request.urlopen(self.target, timeout=timeout) as resp:
-                body = resp.read(MAX_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            raise TaskSourceError(f"{self.target}: HTTP {exc.code} {exc.reason}") from None
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise TaskSourceError(f"{self.target}: unreachable: {reason}") from None
-        if len(body) > MAX_BYTES:
-            raise TaskSourceError(f"{self.target}: answer larger than {MAX_BYTES} bytes")
-        return parse_json(body.decode("utf-8", "replace"), self.target)
+    def _fetch_http(self, timeout: float) -> Tasks:
+        tasks, _ = fetch_http(self.target, timeout, None)
+        assert tasks is not None  # only a conditional request can be answered "unchanged"
+        return tasks
 
-    def _fetch_python(self, timeout: float) -> dict[str, float]:
+    def _fetch_python(self, timeout: float) -> Tasks:
         module, _, name = self.target.partition(":")
         fn = getattr(importlib.import_module(module), name)
         return normalize(fn(), f"python:{self.target}")
 
+    def _fetch_etcd(self, timeout: float) -> Tasks:
+        return etcdsource.fetch_once(self.target, timeout)
 
-class Fetcher:
-    """Runs one task query at a time off the loop thread. A request while one runs is
-    remembered and run after it (with reset if either asked for it)."""
 
-    def __init__(self, source: TaskSource, timeout: float, wake: Callable[[], None]) -> None:
+@dataclass(frozen=True)
+class Validators:
+    """What an HTTP server said identifies its answer, for the next conditional request."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+
+
+def fetch_http(url: str, timeout: float,
+               known: Validators | None) -> tuple[Tasks | None, Validators | None]:
+    """GET the list; with ``known`` validators, ask only if it changed: ``(None, known)`` when
+    the server answers 304 Not Modified. ``If-None-Match`` is preferred; ``If-Modified-Since``
+    is sent only when the server gave no ETag."""
+    headers = {"Accept": "application/json"}
+    if known is not None and known.etag:
+        headers["If-None-Match"] = known.etag
+    elif known is not None and known.last_modified:
+        headers["If-Modified-Since"] = known.last_modified
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                    timeout=timeout) as resp:
+            body = resp.read(MAX_BYTES + 1)
+            etag, modified = resp.headers.get("ETag"), resp.headers.get("Last-Modified")
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        if exc.code == 304 and known is not None:
+            return None, known
+        raise TaskSourceError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise TaskSourceError(f"{url}: unreachable: {reason}") from None
+    if len(body) > MAX_BYTES:
+        raise TaskSourceError(f"{url}: answer larger than {MAX_BYTES} bytes")
+    tasks = parse_json(body.decode("utf-8", "replace"), url)
+    return tasks, Validators(etag, modified) if etag or modified else None
+
+
+class Driver(Protocol):
+    """How a `Fetcher` reads one kind of source; called only from the fetcher's thread."""
+
+    def query(self, reset: bool) -> Tasks | None:
+        """Read the list now (``None``: known unchanged; never for a reset). Raises
+        `TaskSourceError`."""
+
+    def poll(self) -> Tasks | None:
+        """A watch's turn: a new list, or ``None`` for nothing new. Raises `TaskSourceError`."""
+
+    def wait_s(self) -> float | None:
+        """Seconds until `poll` is due; ``None``: only when nudged or asked."""
+
+    def close(self) -> None: ...
+
+
+class _Asked:
+    """cmd:, python: and http(s): sources tell nothing by themselves; they are read when the
+    supervisor asks. HTTP remembers its validators to ask conditionally."""
+
+    def __init__(self, source: TaskSource, timeout: float) -> None:
         self.source = source
         self.timeout = timeout
-        self._wake = wake
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._again: bool | None = None  # a queued request's reset flag
+        self._validators: Validators | None = None
+
+    def query(self, reset: bool) -> Tasks | None:
+        if self.source.kind != "http":
+            return self.source.fetch(self.timeout)
+        tasks, self._validators = fetch_http(self.source.target, self.timeout,
+                                             None if reset else self._validators)
+        return tasks
+
+    def poll(self) -> Tasks | None:
+        return None
+
+    def wait_s(self) -> float | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class Fetcher:
+    """The supervisor's side of its task source: one thread that runs the queries the loop
+    asks for (`request`) and, for sources that tell (file:, etcd:), watches them once asked
+    once. Results go to `results` (then `wake` is called); the loop pops them.
+
+    A request while another runs is remembered and run after it (with reset if either asked
+    for it). A list equal to the last one handed over is not handed over again unless the
+    request asked for a reset: "unchanged" is no event at all (counted in
+    ``counters.unchanged``). A reset whose query failed is owed: the next list handed over
+    carries ``reset=True``. `stop` ends the thread and the watch; call it once, at shutdown.
+    """
+
+    def __init__(self, source: TaskSource, timeout: float, wake: Callable[[], None],
+                 log: Any = None) -> None:
+        self.source = source
+        self.timeout = timeout
+        self.counters = SourceCounters()
         self.results: deque[TasksFetched] = deque()
+        self._wake = wake
+        self.log = log if log is not None else logs.get("tasks", source=str(source))
+        self._cond = threading.Condition()
+        self._pending: bool | None = None  # a queued request's reset flag
+        self._working = False
+        self._nudged = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._last: Tasks | None = None  # the last list handed over
+        self._owed_reset = False
+        self._driver: Driver
+        if source.kind == "file":
+            self._driver = FileWatch(Path(source.target), self.counters)
+        elif source.kind == "etcd":
+            self._driver = etcdsource.EtcdSource(source.target, timeout, self.counters,
+                                                 self._nudge, self.log)
+        else:
+            self._driver = _Asked(source, timeout)
+
+    def start(self) -> None:
+        """Start the thread (`request` starts it too). Nothing is read until a request."""
+        with self._cond:
+            if self._thread is None and not self._stopping:
+                self._thread = threading.Thread(target=self._run, name="task-source",
+                                                daemon=True)
+                self._thread.start()
+
+    def stop(self, wait: float = 10.0) -> bool:
+        """End the thread and any watch; False if a query still running (a slow cmd:, http:
+        or python: source) did not end within ``wait`` s (its daemon thread is abandoned)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(wait)
+        self._driver.close()
+        return thread is None or not thread.is_alive()
 
     def request(self, reset: bool) -> None:
-        with self._lock:
-            if self._thread is not None:
-                self._again = bool(self._again) or reset
-                return
-            self._start(reset)
-
-    def _start(self, reset: bool) -> None:
-        self._thread = threading.Thread(target=self._run, args=(reset,), name="task-query",
-                                        daemon=True)
-        self._thread.start()
-
-    def _run(self, reset: bool) -> None:
-        try:
-            fetched = self.source.fetch(self.timeout)
-            result = TasksFetched({t: TaskEntry(c) for t, c in fetched.items()}, None, reset)
-        except TaskSourceError as exc:
-            result = TasksFetched(None, str(exc), reset)
-        with self._lock:
-            self.results.append(result)
-            self._thread = None
-            if self._again is not None:
-                again, self._again = self._again, None
-                self._start(again)
-        self._wake()
+        with self._cond:
+            self._pending = bool(self._pending) or reset
+            self._cond.notify_all()
+        self.start()
 
     def busy(self) -> bool:
-        with self._lock:
-            return self._thread is not None
+        """A request is queued or running."""
+        with self._cond:
+            return self._pending is not None or self._working
+
+    def _nudge(self) -> None:  # a watch's own thread: something arrived
+        with self._cond:
+            self._nudged = True
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._stopping or self._pending is not None or self._nudged):
+                    if not self._cond.wait(self._driver.wait_s()):
+                        break  # a watch's poll is due
+                if self._stopping:
+                    return
+                reset, self._pending, self._nudged = self._pending, None, False
+                self._working = reset is not None
+            try:
+                if reset is not None:
+                    tasks = self._driver.query(reset or self._owed_reset)
+                else:
+                    tasks = self._driver.poll()
+                error = None
+            except TaskSourceError as exc:
+                tasks, error = None, str(exc)
+            except Exception as exc:  # a driver's bug must not end the thread
+                tasks, error = None, f"{self.source}: {type(exc).__name__}: {exc}"
+            result = self._outcome(tasks, error, reset)
+            with self._cond:
+                self._working = False
+                if result is not None:
+                    self.results.append(result)
+            if result is not None:
+                try:
+                    self._wake()
+                except Exception as exc:  # the loop is going away; keep the thread alive
+                    self.log.warning("could not wake the loop", error=str(exc))
+
+    def _outcome(self, tasks: Tasks | None, error: str | None,
+                 reset: bool | None) -> TasksFetched | None:
+        """What to hand over, if anything, and count it. ``reset`` is None for a watch's poll."""
+        if reset is not None:
+            self.counters.queries += 1
+        if error is not None:
+            self.counters.failures += 1
+            self._owed_reset = self._owed_reset or bool(reset)
+            return TasksFetched(None, error, bool(reset))
+        if tasks is None:
+            if reset is not None:  # asked, and the source said it has not changed (HTTP 304)
+                self.counters.unchanged += 1
+            return None
+        again = bool(reset) or self._owed_reset
+        if not again and tasks == self._last:
+            self.counters.unchanged += 1
+            return None
+        self._last, self._owed_reset = tasks, False
+        self.counters.updates += 1
+        # events.py still types the list as {id: cost} until the core takes entries.
+        return TasksFetched(tasks, None, again)
