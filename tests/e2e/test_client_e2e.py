@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from corral.client import ControlClient, CurveKeys, Router, RouterConfig
-from corral.client.errors import MapUnavailable
+from corral.client.errors import ControlFailed, MapUnavailable, Unreachable
 
 from ..etcd_server import Etcd
 from .procs import BIN, Procs, Supervisor, free_port, wait_until
@@ -82,7 +82,10 @@ def test_a_router_and_corralctl_follow_the_leader_across_a_failover(
                                  refresh_interval=0.5, client=1, timeout=3.0))
     try:
         def served() -> bool:
-            m = ctl.call("map")
+            try:
+                m = ctl.call("map")
+            except (Unreachable, ControlFailed):  # starting up, or no leader elected yet
+                return False
             return len(m["tasks"]) == 6 and all(m["tasks"].values())
         wait_until(served, timeout=40, what="every task served")
         first = ctl.call("status")
