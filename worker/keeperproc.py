@@ -76,10 +76,11 @@ class Keeper:
                     return 0
                 wait = min(wait, closing_until - now)
             timeout = None if wait == float("inf") else max(0, int(wait * 1000) + 1)
-            for fd, _ in self.poll.poll(timeout):
-                if fd == self.fd:
-                    self.read_agent()
-                else:
+            ready = [fd for fd, _ in self.poll.poll(timeout)]
+            if self.fd in ready:  # first: a dead agent's EOF comes before its PDEATHSIGs
+                self.read_agent()
+            for fd in ready:
+                if fd != self.fd:
                     self.ended(fd)
             now = time.monotonic()
             if self.agent_gone and closing_until is None:
@@ -142,7 +143,7 @@ class Keeper:
         g = self.groups.pop(pidfd, None)
         self.poll.unregister(pidfd)
         os.close(pidfd)
-        if g is None or not g.signalled:
+        if g is None or not (g.signalled or self.agent_gone):
             return
         t = time.monotonic()
         _killpg(g.pid, signal.SIGKILL)

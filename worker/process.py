@@ -141,6 +141,7 @@ class ExecRunner:
     def poll(self, now: float) -> list[TaskStopped | TaskFailed]:
         """Reap exited leaders, escalate overdue stops; report what ended."""
         out: list[TaskStopped | TaskFailed] = []
+        groups = _LiveGroups()
         for task, group in list(self._groups.items()):
             code = group.popen.poll()
             if group.kill_at is None:
@@ -149,7 +150,7 @@ class ExecRunner:
                     del self._groups[task]
                     out.append(TaskFailed(task, _describe(code)))
                 continue
-            if code is not None and (group.killed or not _group_alive(group.pgid)):
+            if code is not None and (group.killed or not groups.alive(group.pgid)):
                 del self._groups[task]
                 out.append(TaskStopped(task))
             elif now >= group.kill_at and not group.killed:
@@ -211,6 +212,41 @@ def _signal(pgid: int, sig: signal.Signals) -> None:
     # The group may be empty already (ProcessLookupError); a setuid member may refuse.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+class _LiveGroups:
+    """Which process groups still have a live member, read once per `poll` from /proc when
+    first asked. A zombie is not live: an orphaned member that has exited waits for whoever
+    reaps orphans (init, or a subreaper), which may take a second or more — its task has
+    ended all the same. Without /proc: `killpg(pgid, 0)`, which counts zombies."""
+
+    def __init__(self) -> None:
+        self._live: set[int] | None = None
+        self._read = False
+
+    def alive(self, pgid: int) -> bool:
+        if not self._read:
+            self._read, self._live = True, _live_groups()
+        return pgid in self._live if self._live is not None else _group_alive(pgid)
+
+
+def _live_groups() -> set[int] | None:
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    live = set()
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # it ended meanwhile
+        if fields[0] != b"Z":
+            live.add(int(fields[2]))  # state, ppid, pgrp
+    return live
 
 
 def _group_alive(pgid: int) -> bool:

@@ -129,6 +129,7 @@ class TaskExecutor:
         self._lease_expires = lease_expires
         self.handler_errors = 0
         self.spec_errors = 0
+        self._journaled: set[str] = set()  # started, and no stop line written since
 
     def start(self, action: StartTask) -> Event:
         task = action.task
@@ -144,6 +145,7 @@ class TaskExecutor:
             return TaskFailed(task, f"start raised {exc!r}")
         if self._journal is not None:
             self._journal.start(task, ctx.token, ctx.spec_version)
+            self._journaled.add(task)
         return TaskStarted(task)
 
     def stop(self, task: str, now: float) -> list[Event]:
@@ -184,5 +186,6 @@ class TaskExecutor:
             self._journal.close()
 
     def _stopped(self, task: str) -> None:
-        if self._journal is not None:
+        if self._journal is not None and task in self._journaled:  # one stop line per start
+            self._journaled.discard(task)
             self._journal.stop(task)
