@@ -24,6 +24,7 @@ the new grant (a spec change is a new version of the task).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -74,7 +75,7 @@ class TaskTable:
     def __contains__(self, task: object) -> bool:
         return task in self._tasks
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[str]:
         return iter(list(self._tasks))
 
     # -- views -------------------------------------------------------------------------------
