@@ -31,6 +31,9 @@ def main() -> None:
 @main.command()
 @click.option("--config", "config_file", metavar="FILE", default=None,
               help="a TOML file of the same keys (flags and CORRAL_* variables win over it)")
+@click.option("--label", "label", multiple=True, metavar="KEY=VALUE",
+              help="a label of this worker, repeatable (env CORRAL_LABELS=k=v,k2=v2; TOML: a "
+                   "[labels] table); tasks may require labels")
 @click_options(worker_config.SETTINGS)
 def run(config_file: str | None, **flags: Any) -> None:
     """Run the worker agent until it is told to stop.
@@ -42,7 +45,8 @@ def run(config_file: str | None, **flags: Any) -> None:
 
     \b
     Exit status: 0 stopped normally, 1 unexpected error (logged), 2 configuration error
-    (one line on stderr), 3 refused by the supervisor (e.g. its id is in use).
+    (one line on stderr), 3 refused by the supervisor (e.g. its id is in use), 4 the lease
+    keeper of exec tasks died (the tasks were stopped first).
     """
     try:
         cfg = worker_config.load(flags, os.environ, config_file)

@@ -8,6 +8,7 @@ the one frozen `WorkerConfig` built from them, which every other worker module r
 
 from __future__ import annotations
 
+import re
 import shlex
 import socket
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from corral.cli.files import read_file
 from corral.common.codec import MAX_ID_CHARS
 from corral.common.errors import ConfigError
 from corral.common.logs import LEVELS
+from corral.common.protocol import MAX_LABELS
 from corral.common.settings import KINDS, Setting, positive, resolve
 
 DEFAULT_MAX_LOAD = 10.0
@@ -80,6 +82,9 @@ class WorkerConfig:
     # CurveZMQ: the supervisor's NAME.key and this worker's NAME.key_secret (both or neither).
     curve_server_key: str | None = None
     curve_secret_key: str | None = None
+    # The failure domain ("eu-1/rack-7/host-3"; "" for none) and labels, fixed per incarnation.
+    zone: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def supervisors(self) -> tuple[str, ...]:
@@ -127,6 +132,75 @@ def _worker_id(v: Any) -> str | None:
     return None
 
 
+_ZONE_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_LABEL_KEY = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?")
+
+
+def _zone(v: Any) -> str | None:
+    if v == "":
+        return None
+    if len(v) > MAX_ID_CHARS or not all(_ZONE_PART.fullmatch(p) for p in v.split("/")):
+        return (f"expected at most {MAX_ID_CHARS} characters of '/'-separated levels of "
+                "letters, digits, '.', '_' and '-', such as eu-1/rack-7/host-3")
+    return None
+
+
+def _label(key: Any, value: Any) -> str | None:
+    """Why ``key = value`` is not a valid label, or None."""
+    if not isinstance(key, str) or not _LABEL_KEY.fullmatch(key) or len(key) > MAX_ID_CHARS:
+        return (f"label key {key!r}: expected letters, digits, '.', '_', '-' and '/' "
+                f"(at most {MAX_ID_CHARS})")
+    if not isinstance(value, str):
+        return f"label {key}: expected a string value, got {value!r} (quote it)"
+    if not value or len(value) > MAX_ID_CHARS or value != value.strip() or "," in value:
+        return (f"label {key}: the value must be 1 to {MAX_ID_CHARS} characters, without "
+                "surrounding spaces or ','")
+    return None
+
+
+def parse_labels(flags: tuple[str, ...] | None, env: str | None,
+                 table: Any = None) -> tuple[tuple[str, str], ...]:
+    """The labels from repeated ``--label KEY=VALUE`` flags, else ``CORRAL_LABELS``
+    (``k=v,k2=v2``), else the TOML ``[labels]`` table; `ConfigError` for a bad one.
+
+    >>> parse_labels(("gpu=true", "disk=ssd"), "ignored=1")
+    (('disk', 'ssd'), ('gpu', 'true'))
+    >>> parse_labels(None, "gpu=true, arch=arm64")
+    (('arch', 'arm64'), ('gpu', 'true'))
+    """
+    if flags:
+        source, items = "--label", [_pair(f, "--label") for f in flags]
+    elif env is not None:
+        source = "CORRAL_LABELS"
+        items = [_pair(f.strip(), source) for f in env.split(",") if f.strip()]
+    elif table is not None:
+        source = "the [labels] table of the config file"
+        if not isinstance(table, dict):
+            raise ConfigError("labels", f"expected a table, got {table!r} (from {source})")
+        items = list(table.items())
+    else:
+        return ()
+    seen: dict[str, str] = {}
+    for key, value in items:
+        reason = _label(key, value)
+        if reason is None and key in seen:
+            reason = f"label {key} is given twice"
+        if reason:
+            raise ConfigError("labels", f"{reason} (from {source})")
+        seen[key] = value
+    if len(seen) > MAX_LABELS:
+        raise ConfigError("labels", f"at most {MAX_LABELS} labels, got {len(seen)} "
+                                    f"(from {source})")
+    return tuple(sorted(seen.items()))
+
+
+def _pair(text: str, source: str) -> tuple[str, str]:
+    key, eq, value = text.partition("=")
+    if not eq:
+        raise ConfigError("labels", f"expected KEY=VALUE, got {text!r} (from {source})")
+    return key.strip(), value.strip()
+
+
 def _exec_template(v: Any) -> str | None:
     try:
         argv = shlex.split(v)
@@ -172,6 +246,9 @@ SETTINGS: tuple[Setting, ...] = (
             metavar="FILE"),
     Setting("curve_secret_key", "str", None, "CurveZMQ: this worker's NAME.key_secret file; "
             "the supervisor admits it only as worker NAME", metavar="FILE"),
+    Setting("zone", "str", "", "this worker's failure domain, levels separated by '/' "
+            "(e.g. eu-1/rack-7/host-3); replicas of a task go to distinct zones when they can",
+            _zone, metavar="ZONE"),
 )
 
 
@@ -183,6 +260,8 @@ def load(
     """The worker's configuration from flags, the environment and an optional TOML file, or
     `ConfigError` with one line naming the key at fault."""
     file_values = read_file(config_file) if config_file is not None else {}
+    labels = parse_labels(flags.get("label"), env.get("CORRAL_LABELS"),
+                          file_values.pop("labels", None))
     v = resolve(SETTINGS, flags, env, file_values, config_file or "config file")
     for required in ("supervisor", "handler"):
         if v[required] is None:
@@ -215,6 +294,8 @@ def load(
         advertise=v["advertise"] or advertised(v["serve"]),
         curve_server_key=v["curve_server_key"],
         curve_secret_key=v["curve_secret_key"],
+        zone=v["zone"],
+        labels=labels,
     )
 
 

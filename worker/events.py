@@ -63,14 +63,28 @@ class TaskStopped:
     task: str
 
 
-Event = Tick | Received | StopRequested | HandlerReady | TaskStarted | TaskFailed | TaskStopped
+@dataclass(frozen=True)
+class KeeperLost:
+    """The lease keeper process is gone (``exec``): nothing would stop the tasks if the agent
+    froze now, so the agent stops them and exits with `EXIT_KEEPER_LOST`."""
+
+    reason: str
+
+
+Event = (Tick | Received | StopRequested | HandlerReady | TaskStarted | TaskFailed | TaskStopped
+         | KeeperLost)
 
 # -- actions -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class StartTask:
+    """Start ``task`` under the assignment whose fencing token is ``token``, with ``spec`` (the
+    task's spec as canonical JSON text, None when it has none)."""
+
     task: str
+    token: int = 0
+    spec: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,15 @@ class StopTask:
 @dataclass(frozen=True)
 class SendStatus:
     status: Status
+
+
+@dataclass(frozen=True)
+class LeaseExtended:
+    """The lease now lasts until ``expires`` (the loop's monotonic clock). Emitted before any
+    `StartTask` it allows, so the lease keeper always knows a deadline that covers every task
+    it may have to kill."""
+
+    expires: float
 
 
 @dataclass(frozen=True)
@@ -99,10 +122,11 @@ class Exit:
     code: int
 
 
-Action = StartTask | StopTask | SendStatus | Log | Exit
+Action = StartTask | StopTask | SendStatus | LeaseExtended | Log | Exit
 
 # Exit statuses of `corral-worker run`.
 EXIT_OK = 0
 EXIT_ERROR = 1  # an unexpected error (logged with its traceback)
 EXIT_CONFIG = 2  # a bad flag, variable or file key, or a handler that cannot be loaded
 EXIT_REFUSED = 3  # the supervisor refused this worker (e.g. its id is taken)
+EXIT_KEEPER_LOST = 4  # exec: the lease keeper process died; the tasks were stopped first

@@ -1,6 +1,14 @@
 """The task journal: one JSON line per task start and stop, for checking overlaps afterwards.
 
-    {"t": 12345.678, "event": "start", "task": "room-7", "worker": "w1"}
+    {"t": 12345.678, "event": "start", "task": "room-7", "worker": "w1", "token": 4194305,
+     "spec": "015abd7f5cc5"}
+    {"t": 12399.001, "event": "stop", "task": "room-7", "worker": "w1"}
+
+A start line carries the assignment's fencing ``token`` and, for a task with a spec, the
+``spec`` version (a short hash of its text). With ``exec``, the lease keeper process appends a
+stop line of its own (``"by": "keeper"``) when it has ended a task whose agent could not (the
+agent frozen or dead): its ``t`` is when the task's process ended, and the agent's own stop
+line, if it ever writes one, comes later — readers take the first stop after a start.
 
 ``t`` is CLOCK_MONOTONIC, which every process on one machine shares, so the journals of
 several workers on a host can be merged and sorted to check that no task ever had two owners
@@ -24,16 +32,20 @@ class Journal:
         self._worker = worker_id
         self._file: TextIO | None = path.open("a", encoding="utf-8")
 
-    def start(self, task: str) -> None:
-        self._write("start", task)
+    def start(self, task: str, token: int = 0, spec_version: str = "") -> None:
+        extra: dict[str, int | str] = {"token": token}
+        if spec_version:
+            extra["spec"] = spec_version
+        self._write("start", task, extra)
 
     def stop(self, task: str) -> None:
-        self._write("stop", task)
+        self._write("stop", task, {})
 
-    def _write(self, event: str, task: str) -> None:
+    def _write(self, event: str, task: str, extra: dict[str, int | str]) -> None:
         if self._file is None:
             return
-        line = {"t": time.monotonic(), "event": event, "task": task, "worker": self._worker}
+        line = {"t": time.monotonic(), "event": event, "task": task, "worker": self._worker,
+                **extra}
         self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
         self._file.flush()
 

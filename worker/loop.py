@@ -11,6 +11,10 @@ Signal handlers only enqueue the signal number; ``signal.set_wakeup_fd`` writes 
 self-pipe as well, so the poll wakes at once (SIGCHLD included: a crashed task is seen
 immediately). Every way out — the machine's `Exit`, an unexpected exception — unwinds through
 one `ExitStack` whose first step stops every task that is still running.
+
+With ``exec`` the loop also starts the lease keeper (`corral.worker.keeper`), tells it every
+lease extension (the machine's `LeaseExtended`, before the starts it allows), and polls its end
+of their socket pair: EOF means the keeper died, which becomes one `KeeperLost` event.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from corral.common.errors import ConfigError
 
 from . import events as ev
 from .channel import RETRY_S, Channel, routing_id
-from .config import WorkerConfig
+from .config import LeaseLoss, WorkerConfig
 from .journal import Journal
 from .runner import Runner, TaskExecutor
 from .serving import Server, Service
@@ -65,7 +69,10 @@ class WorkerLoop:
         self.incarnation = incarnation if incarnation else (secrets.randbits(63) or 1)
         self._clock = clock
         self._log = logs.get("worker", worker=cfg.worker_id)
-        self._executor = TaskExecutor(runner, journal, self._log)
+        self._lease_until = math.inf if cfg.on_lease_loss is LeaseLoss.KEEP else 0.0
+        self._keeper = runner.keeper
+        self._keeper_lost = False
+        self._executor = TaskExecutor(runner, journal, self._log, lambda: self._lease_until)
         self._machine = WorkerMachine(cfg, self.incarnation, clock(),
                                       waits_for_handler=runner.has_ready)
         self._pending: deque[int] = deque()  # signal numbers, appended by handlers
@@ -106,7 +113,8 @@ class WorkerLoop:
     def counters(self) -> dict[str, int]:
         serving = self._server.counters if self._server is not None else {}
         return {**self._machine.counters, **self._channel_counters, **serving,
-                "handler_errors": self._executor.handler_errors}
+                "handler_errors": self._executor.handler_errors,
+                "spec_errors": self._executor.spec_errors}
 
     # -- set-up and tear-down ------------------------------------------------------------------
 
@@ -131,6 +139,10 @@ class WorkerLoop:
                                   self._machine, self._clock)
             stack.callback(self._server.close)  # after the tasks stopped: not_owner to all
             self._poller.register(self._server.socket, zmq.POLLIN)
+        if self._keeper is not None:
+            self._keeper.start()
+            stack.callback(self._keeper.close)  # after the tasks stopped (LIFO)
+            self._poller.register(self._keeper.fileno(), zmq.POLLIN)
         # Unwound first: whatever the reason for leaving, no task outlives the agent.
         stack.callback(lambda: self._executor.close(self._clock()))
         self._log.info(
@@ -138,6 +150,7 @@ class WorkerLoop:
             routing_id=routing_id(self._cfg.worker_id, self.incarnation).decode(errors="replace"),
             supervisor=self._cfg.supervisor, handler=self._cfg.handler,
             state=self._machine.phase.value, serve=self._cfg.advertise,
+            keeper=self._keeper.pid if self._keeper is not None else None,
         )
         return channel
 
@@ -177,6 +190,13 @@ class WorkerLoop:
             if self._pending.popleft() in STOP_SIGNALS:
                 self._dispatch(ev.StopRequested(), now, channel)
             # SIGCHLD needs nothing more: the executor is polled below on every turn.
+        if self._keeper is not None and not self._keeper_lost \
+                and self._keeper.fileno() in ready:
+            reason = self._keeper.lost()
+            if reason is not None:
+                self._keeper_lost = True
+                self._poller.unregister(self._keeper.fileno())
+                self._dispatch(ev.KeeperLost(reason), now, channel)
         if channel.unsent:
             channel.resend()
         if any(sock in ready for sock in channel.sockets):
@@ -219,10 +239,15 @@ class WorkerLoop:
 
     def _execute(self, action: ev.Action, now: float, channel: Channel) -> list[ev.Event]:
         match action:
-            case ev.StartTask(task):
-                return [self._executor.start(task)]
+            case ev.StartTask():
+                return [self._executor.start(action)]
             case ev.StopTask(task):
                 return self._executor.stop(task, now)
+            case ev.LeaseExtended(expires):
+                if self._cfg.on_lease_loss is LeaseLoss.STOP:
+                    self._lease_until = expires
+                if self._keeper is not None:
+                    self._keeper.extend(expires)
             case ev.SendStatus(status):
                 channel.send(status if self._server is None else self._server.annotate(status))
             case ev.Log(level, event, fields):

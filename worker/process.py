@@ -1,9 +1,13 @@
 """The ``exec`` handler: one process group per task, and never an orphan.
 
-``--exec "recorder --room {task}"`` is split once with `shlex` and run without a shell; every
-``{task}`` inside an argument is replaced by the task id, so a task id with spaces, quotes or
-``;`` stays inside its one argument. The task also gets ``CORRAL_TASK`` and ``CORRAL_WORKER``
-in its environment.
+``--exec "recorder --room {task} --url {spec.stream.url}"`` is split once with `shlex` and
+run without a shell; every ``{task}`` inside an argument is replaced by the task id and every
+``{spec.KEY}`` (``{spec.a.b}``: nested) by that value of the task's spec — a string as it is,
+anything else as JSON — in one pass, so a task id or a value with spaces, quotes, ``;`` or
+braces stays inside its one argument. A spec without a key the command names is a failure of
+that task (`SpecError`: reported, retried with backoff), never of the agent. The task also gets
+``CORRAL_TASK``, ``CORRAL_WORKER``, ``CORRAL_FENCING_TOKEN`` (decimal), ``CORRAL_TASK_SPEC``
+(the spec as JSON, ``{}`` for none) and ``CORRAL_SPEC_VERSION`` in its environment.
 
 Lifecycle of one task's process group (the group id is the leader's pid)::
 
@@ -16,15 +20,18 @@ Lifecycle of one task's process group (the group id is the leader's pid)::
 
 Nothing here blocks the agent's loop except `close`, the last call on every exit path, which
 waits at most ``stop_grace`` and then kills. If the agent itself is killed with SIGKILL, each
-leader gets SIGKILL from the kernel (``PR_SET_PDEATHSIG`` on Linux); what a leader forked into
-its group is then left to the service manager (systemd's default ``KillMode=control-group``).
+leader gets SIGKILL from the kernel (``PR_SET_PDEATHSIG`` on Linux), and the lease keeper
+(`corral.worker.keeper`), which every group registers with before it execs, SIGKILLs the
+whole groups. The keeper also ends the groups when the lease lapses while the agent is frozen.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -34,11 +41,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .events import TaskFailed, TaskStopped
+from .handlers import SpecError, TaskContext
+from .keeper import Keeper
 
 # While a stopped leader is gone but members of its group linger, look again this often: their
 # exits send no SIGCHLD to the agent (they are not its children).
 LINGER_CHECK = 0.05
 _PR_SET_PDEATHSIG = 1
+_PLACEHOLDER = re.compile(r"\{task\}|\{spec\.([^{}\s]+)\}")
 
 
 @dataclass
@@ -53,19 +63,29 @@ class _Group:
 
 
 class ExecRunner:
-    """Runs each task as ``argv`` (with ``{task}`` substituted) in a new session."""
+    """Runs each task as ``argv`` (placeholders substituted) in a new session."""
 
     has_ready = False
 
-    def __init__(self, template: str, stop_grace: float, worker_id: str) -> None:
+    def __init__(self, template: str, stop_grace: float, worker_id: str,
+                 keeper: Keeper | None = None) -> None:
         self._argv = shlex.split(template)
         self._grace = stop_grace
         self._env = {**os.environ, "CORRAL_WORKER": worker_id}
         self._groups: dict[str, _Group] = {}
-        self._preexec = _die_with_parent()
+        self._die_with_parent = _die_with_parent()
+        self.keeper = keeper
 
-    def command(self, task: str) -> list[str]:
-        return [arg.replace("{task}", task) for arg in self._argv]
+    def command(self, task: str | TaskContext) -> list[str]:
+        """``argv`` for this task; `SpecError` if its spec lacks a key the command names."""
+        ctx = TaskContext(task) if isinstance(task, str) else task
+
+        def value(m: re.Match[str]) -> str:
+            if m.group(1) is None:
+                return ctx.task
+            return _spec_value(ctx.spec, m.group(1))
+
+        return [_PLACEHOLDER.sub(value, arg) for arg in self._argv]
 
     def tasks(self) -> list[str]:
         return [t for t, g in self._groups.items() if g.kill_at is None]
@@ -73,18 +93,36 @@ class ExecRunner:
     def ready(self) -> bool:
         return True
 
-    def start(self, task: str) -> None:
+    def start(self, ctx: TaskContext) -> None:
+        task = ctx.task
         if task in self._groups:
             raise RuntimeError(f"task {task!r} still has a process group")
+        argv = self.command(ctx)
+        env = {**self._env, "CORRAL_TASK": task, "CORRAL_FENCING_TOKEN": str(ctx.token),
+               "CORRAL_TASK_SPEC": ctx.spec_text if ctx.spec_text is not None else "{}",
+               "CORRAL_SPEC_VERSION": ctx.spec_version}
         self._groups[task] = _Group(
             subprocess.Popen(
-                self.command(task),
+                argv,
                 stdin=subprocess.DEVNULL,
-                env={**self._env, "CORRAL_TASK": task},
+                env=env,
                 start_new_session=True,  # its own process group: stop and kill reach them all
-                preexec_fn=self._preexec,  # only a prctl call: see _die_with_parent
+                preexec_fn=self._child_hook(task),  # prctl, and a write to the keeper
             )
         )
+
+    def _child_hook(self, task: str) -> Callable[[], None] | None:
+        hooks = [h for h in (self._die_with_parent,
+                             self.keeper.child_hook(task) if self.keeper else None) if h]
+        if len(hooks) < 2:
+            return hooks[0] if hooks else None
+        first, second = hooks
+
+        def both() -> None:
+            first()
+            second()
+
+        return both
 
     def stop(self, task: str, now: float) -> bool:
         """Begin stopping: True if it is already gone, else a `TaskStopped` comes from poll."""
@@ -103,6 +141,7 @@ class ExecRunner:
     def poll(self, now: float) -> list[TaskStopped | TaskFailed]:
         """Reap exited leaders, escalate overdue stops; report what ended."""
         out: list[TaskStopped | TaskFailed] = []
+        groups = _LiveGroups()
         for task, group in list(self._groups.items()):
             code = group.popen.poll()
             if group.kill_at is None:
@@ -111,7 +150,7 @@ class ExecRunner:
                     del self._groups[task]
                     out.append(TaskFailed(task, _describe(code)))
                 continue
-            if code is not None and (group.killed or not _group_alive(group.pgid)):
+            if code is not None and (group.killed or not groups.alive(group.pgid)):
                 del self._groups[task]
                 out.append(TaskStopped(task))
             elif now >= group.kill_at and not group.killed:
@@ -154,10 +193,60 @@ class ExecRunner:
         return stopped
 
 
+def _spec_value(spec: object, path: str) -> str:
+    """The text a ``{spec.PATH}`` placeholder becomes.
+
+    >>> _spec_value({"a": {"b": 5}, "s": "x y"}, "a.b"), _spec_value({"s": "x y"}, "s")
+    ('5', 'x y')
+    """
+    value = spec
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            raise SpecError(f"--exec names {{spec.{path}}}, but the task's spec has no "
+                            f"{path!r}")
+        value = value[key]
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
 def _signal(pgid: int, sig: signal.Signals) -> None:
     # The group may be empty already (ProcessLookupError); a setuid member may refuse.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+class _LiveGroups:
+    """Which process groups still have a live member, read once per `poll` from /proc when
+    first asked. A zombie is not live: an orphaned member that has exited waits for whoever
+    reaps orphans (init, or a subreaper), which may take a second or more — its task has
+    ended all the same. Without /proc: `killpg(pgid, 0)`, which counts zombies."""
+
+    def __init__(self) -> None:
+        self._live: set[int] | None = None
+        self._read = False
+
+    def alive(self, pgid: int) -> bool:
+        if not self._read:
+            self._read, self._live = True, _live_groups()
+        return pgid in self._live if self._live is not None else _group_alive(pgid)
+
+
+def _live_groups() -> set[int] | None:
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    live = set()
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # it ended meanwhile
+        if fields[0] != b"Z":
+            live.add(int(fields[2]))  # state, ppid, pgrp
+    return live
 
 
 def _group_alive(pgid: int) -> bool:

@@ -3,8 +3,10 @@
 `Runner` is what the loop needs from a handler: start, stop (possibly finishing later),
 ``poll`` for tasks that ended, and ``close`` to end everything on the way out. `CallRunner`
 adapts a plain `Handler` (log, python:…); `corral.worker.process.ExecRunner` runs processes.
-`TaskExecutor` wraps a runner with what every handler gets: exceptions caught and counted
-(a handler never crashes the agent), and the journal written at the true start and stop.
+`TaskExecutor` wraps a runner with what every handler gets: the spec parsed and the
+`TaskContext` built (fencing token, spec, the lease deadline), exceptions caught and counted (a
+handler never crashes the agent; a bad spec is a failure of its task), and the journal written
+at the true start and stop, with the token and the spec's version.
 """
 
 from __future__ import annotations
@@ -14,10 +16,19 @@ from typing import Any, Protocol
 
 from corral.common.errors import ConfigError
 
-from .config import WorkerConfig
-from .events import Event, TaskFailed, TaskStarted, TaskStopped
-from .handlers import Handler, LogHandler, load_python_handler
+from .config import LeaseLoss, WorkerConfig
+from .events import Event, StartTask, TaskFailed, TaskStarted, TaskStopped
+from .handlers import (
+    Handler,
+    LogHandler,
+    SpecError,
+    TaskContext,
+    caller,
+    load_python_handler,
+    parse_spec,
+)
 from .journal import Journal
+from .keeper import Keeper
 from .process import ExecRunner
 
 
@@ -26,8 +37,8 @@ class Runner(Protocol):
     def has_ready(self) -> bool:
         """Whether ``ready()`` means anything (else the worker is ready at once)."""
 
-    def start(self, task: str) -> None:
-        """Start the task; raise if it cannot be started."""
+    def start(self, ctx: TaskContext) -> None:
+        """Start ``ctx.task``; raise if it cannot be started."""
 
     def stop(self, task: str, now: float) -> bool:
         """True if the task has stopped; False if a `TaskStopped` will come from `poll`."""
@@ -39,6 +50,10 @@ class Runner(Protocol):
         """When `poll` has something to do that no signal will announce."""
 
     def ready(self) -> bool: ...
+
+    @property
+    def keeper(self) -> Keeper | None:
+        """The lease keeper the loop must start, feed and watch (``exec`` only)."""
 
     def tasks(self) -> list[str]:
         """Started tasks that no one has asked to stop yet."""
@@ -52,6 +67,7 @@ class CallRunner:
 
     def __init__(self, handler: Handler) -> None:
         self._handler = handler
+        self._start = caller(handler)  # start(task), start(task, spec) or start(task, spec, ctx)
         ready = getattr(handler, "ready", None)
         self._ready: Callable[[], Any] | None = ready if callable(ready) else None
         self._started: set[str] = set()
@@ -60,9 +76,13 @@ class CallRunner:
     def has_ready(self) -> bool:
         return self._ready is not None
 
-    def start(self, task: str) -> None:
-        self._handler.start(task)
-        self._started.add(task)
+    @property
+    def keeper(self) -> Keeper | None:
+        return None  # python handlers run in the agent: frozen with it (docs/worker.md)
+
+    def start(self, ctx: TaskContext) -> None:
+        self._start(ctx)
+        self._started.add(ctx.task)
 
     def stop(self, task: str, now: float) -> bool:
         self._started.discard(task)  # even if stop raises: there is nothing better to try
@@ -90,7 +110,9 @@ def build(cfg: WorkerConfig) -> Runner:
     if cfg.handler == "exec":
         if cfg.exec_template is None:
             raise ConfigError("exec", "--exec is required with --handler exec")
-        return ExecRunner(cfg.exec_template, cfg.stop_grace, cfg.worker_id)
+        keeper = Keeper(cfg.stop_grace, cfg.on_lease_loss is LeaseLoss.STOP, cfg.journal,
+                        cfg.worker_id)
+        return ExecRunner(cfg.exec_template, cfg.stop_grace, cfg.worker_id, keeper)
     if cfg.handler == "log":
         return CallRunner(LogHandler())
     return CallRunner(load_python_handler(cfg.handler))
@@ -99,20 +121,31 @@ def build(cfg: WorkerConfig) -> Runner:
 class TaskExecutor:
     """Carries out StartTask/StopTask on a runner and turns the outcome into events."""
 
-    def __init__(self, runner: Runner, journal: Journal | None, log: Any) -> None:
+    def __init__(self, runner: Runner, journal: Journal | None, log: Any,
+                 lease_expires: Callable[[], float] = lambda: 0.0) -> None:
         self._runner = runner
         self._journal = journal
         self._log = log
+        self._lease_expires = lease_expires
         self.handler_errors = 0
+        self.spec_errors = 0
+        self._journaled: set[str] = set()  # started, and no stop line written since
 
-    def start(self, task: str) -> Event:
+    def start(self, action: StartTask) -> Event:
+        task = action.task
         try:
-            self._runner.start(task)
+            ctx = TaskContext(task, action.token, parse_spec(action.spec), action.spec,
+                              self._lease_expires)
+            self._runner.start(ctx)
+        except SpecError as exc:  # the task's spec does not suit it: that task fails
+            self.spec_errors += 1
+            return TaskFailed(task, str(exc))
         except Exception as exc:  # a handler must never crash the agent
             self.handler_errors += 1
             return TaskFailed(task, f"start raised {exc!r}")
         if self._journal is not None:
-            self._journal.start(task)
+            self._journal.start(task, ctx.token, ctx.spec_version)
+            self._journaled.add(task)
         return TaskStarted(task)
 
     def stop(self, task: str, now: float) -> list[Event]:
@@ -153,5 +186,6 @@ class TaskExecutor:
             self._journal.close()
 
     def _stopped(self, task: str) -> None:
-        if self._journal is not None:
+        if self._journal is not None and task in self._journaled:  # one stop line per start
+            self._journaled.discard(task)
             self._journal.stop(task)

@@ -11,32 +11,32 @@ Worker phases (reported as `WorkerState`: starting, ready, lame_duck, lame_duck)
     any      -> stopping    a Refusal for this incarnation (exit 3)
     stopping -> exited      every task has stopped: one last report, then Exit(code)
 
-Task lifecycle (every task the worker holds; ``running`` in reports lists all of them)::
+Tasks and their lifecycles are `corral.worker.tasks.TaskTable`'s; the machine decides whether
+they may start (phase, lease). A set that comes in ``parts`` is put together by
+`corral.worker.assembly.Assembler` and applied only whole; every part taken renews the lease
+(it answers one of our reports).
 
-    starting -> running     TaskStarted
-    starting -> backoff     TaskFailed (start raised)
-    running  -> backoff     TaskFailed (it ended on its own); restart after Backoff.delay
-    backoff  -> starting    its retry time came, and the worker may run tasks
-    starting|running -> stopping   removed, reset away, lease lost (stop), or shutting down
-    backoff  -> (gone)      the same reasons: nothing runs, so nothing to stop
-    stopping -> (gone)      TaskStopped; or -> starting if it was added again meanwhile
-
-The lease (docs/protocol.md "Leases"): only an applied instruction set renews it, to
-``max(lease_expires, answers_sent_at + lease)``. Every `handle` first expires what is due at
-``now``, so a renewal that arrives after the lease lapsed cannot undo the lapse: with
-``on_lease_loss=stop`` the tasks are already gone, and the supervisor will send them again.
+The lease (docs/protocol.md "Leases"): only an applied instruction set (or a part of one)
+renews it, to ``max(lease_expires, answers_sent_at + lease)``, announced by a `LeaseExtended`
+action (for the lease keeper) before any start it allows. Every `handle` first expires what
+is due at ``now``, so a renewal that arrives after the lease lapsed cannot undo the lapse:
+with ``on_lease_loss=stop`` the tasks are already gone, and the supervisor will send them
+again.
 New tasks are started only under a held lease.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 
 from corral.common.protocol import Instructions, Refusal, Status, WorkerState, make_token
 
 from . import events as ev
+from .assembly import Assembler
 from .config import LeaseLoss, WorkerConfig
+from .tasks import Grant, TaskState, TaskTable
+
+__all__ = ["Phase", "TaskState", "WorkerMachine"]
 
 
 class Phase(StrEnum):
@@ -47,13 +47,6 @@ class Phase(StrEnum):
     EXITED = "exited"
 
 
-class TaskState(StrEnum):
-    STARTING = "starting"
-    RUNNING = "running"
-    BACKOFF = "backoff"
-    STOPPING = "stopping"
-
-
 _REPORTED = {
     Phase.STARTING: WorkerState.STARTING,
     Phase.READY: WorkerState.READY,
@@ -61,18 +54,6 @@ _REPORTED = {
     Phase.STOPPING: WorkerState.LAME_DUCK,
     Phase.EXITED: WorkerState.LAME_DUCK,
 }
-
-
-@dataclass
-class _Task:
-    """Mutable bookkeeping for one held task (internal; never leaves the machine)."""
-
-    state: TaskState
-    token: int  # the fencing token of the assignment it runs under
-    failures: int = 0
-    since: float = 0.0  # when it entered RUNNING
-    retry_at: float = 0.0  # BACKOFF: when to start it again
-    wanted_again: bool = False  # STOPPING: added again meanwhile, start once it has stopped
 
 
 class WorkerMachine:
@@ -88,7 +69,9 @@ class WorkerMachine:
         self._ready_at: float | None = None if cfg.ready_after is None else now + cfg.ready_after
         if not waits_for_handler and self._ready_at is None:
             self._phase = Phase.READY
-        self._tasks: dict[str, _Task] = {}
+        self._tasks = TaskTable(cfg.backoff)
+        self._assembler = Assembler()
+        self._labels = dict(cfg.labels)
         self._applied: tuple[int, int] = (0, 0)
         self._lease_expires = 0.0
         self._lease_held = False
@@ -98,28 +81,32 @@ class WorkerMachine:
         self._dirty = False
         self._drain_deadline = 0.0
         self._exit_code = ev.EXIT_OK
-        self.counters: dict[str, int] = dict.fromkeys(
+        self._counters: dict[str, int] = dict.fromkeys(
             ("sets_applied", "sets_stale", "sets_foreign", "sets_while_stopping",
-             "refusals_foreign", "adds_not_started", "task_failures"), 0)
+             "refusals_foreign", "adds_without_token"), 0)
 
     # -- read-only views (for the loop and tests) ---------------------------------------------
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return {**self._counters, **self._tasks.counters, **self._assembler.counters}
 
     @property
     def phase(self) -> Phase:
         return self._phase
 
+    @property
+    def lease_expires(self) -> float:
+        """When the lease ends (or ended) on the loop's clock; 0.0 before the first one."""
+        return self._lease_expires
+
     def task_states(self) -> dict[str, TaskState]:
-        return {t: rec.state for t, rec in self._tasks.items()}
+        return self._tasks.states()
 
     @property
     def lease_held(self) -> bool:
         """Whether it holds a lease (as of the last event handled)."""
         return self._lease_held
-
-    @property
-    def lease_expires(self) -> float:
-        """When its lease lapses (the loop's clock), if it holds one."""
-        return self._lease_expires
 
     @property
     def applied(self) -> tuple[int, int]:
@@ -130,8 +117,7 @@ class WorkerMachine:
         """Whether a request for ``task`` may be answered at ``now`` (request serving checks
         this before and after the handler): the task runs here, under a lease that holds at
         ``now`` — or without one under ``on_lease_loss=keep``, which chose availability."""
-        rec = self._tasks.get(task)
-        return rec is not None and rec.state is TaskState.RUNNING and (
+        return self._tasks.is_running(task) and (
             (self._lease_held and now < self._lease_expires)
             or self._cfg.on_lease_loss is LeaseLoss.KEEP)
 
@@ -146,12 +132,8 @@ class WorkerMachine:
             times.append(self._ready_at)
         if self._phase is Phase.LAME_DUCK:
             times.append(self._drain_deadline)
-        restarts = self._may_restart()  # a past retry time that cannot fire would spin the loop
-        for rec in self._tasks.values():
-            if rec.state is TaskState.BACKOFF and restarts:
-                times.append(rec.retry_at)
-            elif rec.state is TaskState.RUNNING and rec.failures:
-                times.append(rec.since + self._cfg.backoff.reset_after)
+        # A past retry time that cannot fire would spin the loop: only when restarts may happen.
+        times += self._tasks.deadlines(self._may_restart())
         return min(times)
 
     # -- the one entry point -------------------------------------------------------------------
@@ -172,11 +154,15 @@ class WorkerMachine:
             if self._phase is Phase.STARTING:
                 self._become_ready(out)
         elif isinstance(event, ev.TaskStarted):
-            self._on_started(event.task, now)
+            self._dirty |= self._tasks.started(event.task, now)
         elif isinstance(event, ev.TaskFailed):
-            self._on_failed(event, now, out)
+            self._dirty |= self._tasks.failed(event, now, self._may_start(), out)
         elif isinstance(event, ev.TaskStopped):
-            self._on_stopped(event.task, out)
+            self._dirty |= self._tasks.stopped(event.task, self._may_start(), out)
+        elif isinstance(event, ev.KeeperLost):
+            out.append(ev.Log("error", "lease keeper gone: stopping every task",
+                              {"reason": event.reason, "tasks": len(self._tasks)}))
+            self._shut_down(ev.EXIT_KEEPER_LOST, out)
         self._settle(now, out)
         if isinstance(event, ev.Tick):
             self._report_if_due(now, out)
@@ -192,38 +178,42 @@ class WorkerMachine:
             out.append(ev.Log("warning", "lease lost: no renewal from the supervisor",
                               {"tasks": len(self._tasks), "action": "keep" if keep else "stop"}))
             if not keep:
-                self._stop_all(out)
+                self._tasks.stop_all(out)
         if self._phase is Phase.STARTING and self._ready_at is not None and now >= self._ready_at:
             self._become_ready(out)
         if self._phase is Phase.LAME_DUCK and now >= self._drain_deadline:
             out.append(ev.Log("warning", "drain timeout: stopping the remaining tasks",
                               {"tasks": len(self._tasks)}))
             self._shut_down(ev.EXIT_OK, out)
-        if self._may_restart():
-            for task, rec in self._tasks.items():
-                if rec.state is TaskState.BACKOFF and now >= rec.retry_at:
-                    rec.state = TaskState.STARTING
-                    out.append(ev.StartTask(task))
-        for rec in self._tasks.values():
-            if (rec.state is TaskState.RUNNING and rec.failures
-                    and now >= rec.since + self._cfg.backoff.reset_after):
-                rec.failures = 0
-                self._dirty = True
+        self._dirty |= self._tasks.expire(now, self._may_restart(), out)
 
     # -- events --------------------------------------------------------------------------------
 
     def _on_instructions(self, msg: Instructions, now: float, out: list[ev.Action]) -> None:
         if msg.incarnation != self.incarnation:
-            self.counters["sets_foreign"] += 1
+            self._counters["sets_foreign"] += 1
             return
         if (msg.epoch, msg.seq) <= self._applied:
-            self.counters["sets_stale"] += 1
+            self._counters["sets_stale"] += 1
             return
         if self._phase is Phase.STOPPING:
-            self.counters["sets_while_stopping"] += 1
+            self._counters["sets_while_stopping"] += 1
             return
-        self.counters["sets_applied"] += 1
+        if msg.parts != 1 or msg.part != 0:
+            taken, whole = self._assembler.offer(msg)
+            if taken:
+                self._renew(msg, now, out)  # each part answers one of our reports
+            if whole is None:
+                return
+            msg = whole
+        self._apply(msg, now, out)
+
+    def _apply(self, msg: Instructions, now: float, out: list[ev.Action]) -> None:
+        self._counters["sets_applied"] += 1
         self._applied = (msg.epoch, msg.seq)
+        pending = self._assembler.pending
+        if pending is not None and pending <= self._applied:
+            self._assembler.forget()  # superseded by what was just applied
         self._dirty = True
         self._renew(msg, now, out)
         may_start = self._may_start()
@@ -233,24 +223,14 @@ class WorkerMachine:
             keep = set(wanted)
             removed = {t for t in self._tasks if t not in keep}
         for task in sorted(removed):
-            self._stop(task, out)
-        tokens = msg.tokens
+            self._tasks.stop(task, out)
+        tokens, specs = msg.tokens, msg.specs
         for task in wanted:
-            rec = self._tasks.get(task)
-            token = tokens.get(task) or make_token(msg.epoch, 0)
-            if rec is None:
-                if may_start:
-                    self._tasks[task] = _Task(TaskState.STARTING, token)
-                    out.append(ev.StartTask(task))
-                else:
-                    self.counters["adds_not_started"] += 1
-            elif rec.state is not TaskState.STOPPING:
-                pass  # held: left alone, under the token it was started with
-            elif may_start:
-                rec.token = token
-                rec.wanted_again = True
-            else:
-                self.counters["adds_not_started"] += 1
+            token = tokens.get(task)
+            if token is None:  # a supervisor that names no token: the set's epoch, counter 0
+                self._counters["adds_without_token"] += 1
+                token = make_token(msg.epoch, 0)
+            self._tasks.add(task, Grant(token, specs.get(task)), may_start, out)
 
     def _renew(self, msg: Instructions, now: float, out: list[ev.Action]) -> None:
         # The set answers one of our reports, so its send time cannot be later than our latest
@@ -258,7 +238,10 @@ class WorkerMachine:
         if self._last_sent_at is None:
             return
         answered = min(msg.answers_sent_at, self._last_sent_at)
-        self._lease_expires = max(self._lease_expires, answered + msg.lease)
+        expires = answered + msg.lease
+        if expires > self._lease_expires and now < expires:
+            out.append(ev.LeaseExtended(expires))  # before any StartTask it allows
+        self._lease_expires = max(self._lease_expires, expires)
         held = now < self._lease_expires
         if held and not self._lease_held:
             out.append(ev.Log("info", "lease held", {"epoch": msg.epoch, "lease": msg.lease}))
@@ -266,7 +249,7 @@ class WorkerMachine:
 
     def _on_refusal(self, msg: Refusal, out: list[ev.Action]) -> None:
         if msg.incarnation != self.incarnation:
-            self.counters["refusals_foreign"] += 1
+            self._counters["refusals_foreign"] += 1
             return
         out.append(ev.Log("error", "refused by the supervisor",
                           {"code": msg.code, "reason": msg.reason, "epoch": msg.epoch}))
@@ -283,41 +266,6 @@ class WorkerMachine:
             out.append(ev.Log("info", "second stop request: stopping now",
                               {"tasks": len(self._tasks)}))
             self._shut_down(ev.EXIT_OK, out)
-
-    def _on_started(self, task: str, now: float) -> None:
-        rec = self._tasks.get(task)
-        if rec is not None and rec.state is TaskState.STARTING:
-            rec.state = TaskState.RUNNING
-            rec.since = now
-            self._dirty = True
-
-    def _on_failed(self, event: ev.TaskFailed, now: float, out: list[ev.Action]) -> None:
-        rec = self._tasks.get(event.task)
-        if rec is None:
-            return
-        if rec.state is TaskState.STOPPING:  # it ended while being stopped: that is a stop
-            self._on_stopped(event.task, out)
-            return
-        self.counters["task_failures"] += 1
-        rec.failures += 1
-        rec.state = TaskState.BACKOFF
-        delay = self._cfg.backoff.delay(rec.failures)
-        rec.retry_at = now + delay
-        self._dirty = True
-        out.append(ev.Log("warning", "task failed", {"task": event.task, "reason": event.reason,
-                                                     "failures": rec.failures, "retry_in": delay}))
-
-    def _on_stopped(self, task: str, out: list[ev.Action]) -> None:
-        rec = self._tasks.get(task)
-        if rec is None:
-            return
-        self._dirty = True
-        if rec.state is TaskState.STOPPING and rec.wanted_again and self._may_start():
-            rec.state = TaskState.STARTING
-            rec.wanted_again = False
-            out.append(ev.StartTask(task))
-        else:
-            del self._tasks[task]
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -337,30 +285,13 @@ class WorkerMachine:
             self._lease_held or self._cfg.on_lease_loss is LeaseLoss.KEEP
         )
 
-    def _stop(self, task: str, out: list[ev.Action]) -> None:
-        rec = self._tasks.get(task)
-        if rec is None:
-            return
-        self._dirty = True
-        if rec.state is TaskState.BACKOFF:
-            del self._tasks[task]
-        elif rec.state is TaskState.STOPPING:
-            rec.wanted_again = False
-        else:
-            rec.state = TaskState.STOPPING
-            rec.wanted_again = False
-            out.append(ev.StopTask(task))
-
-    def _stop_all(self, out: list[ev.Action]) -> None:
-        for task in sorted(self._tasks):
-            self._stop(task, out)
-
     def _shut_down(self, code: int, out: list[ev.Action]) -> None:
         self._exit_code = max(self._exit_code, code)
+        self._assembler.forget()
         if self._phase is not Phase.STOPPING:
             self._phase = Phase.STOPPING
             self._dirty = True
-        self._stop_all(out)
+        self._tasks.stop_all(out)
 
     def _settle(self, now: float, out: list[ev.Action]) -> None:
         if self._phase is Phase.LAME_DUCK and not self._tasks:
@@ -386,9 +317,11 @@ class WorkerMachine:
             seq=self._seq,
             sent_at=now,
             max_load=self._cfg.max_load,
-            running={t: rec.token for t, rec in self._tasks.items()},
+            running=self._tasks.tokens(),
             state=_REPORTED[self._phase],
             applied=self._applied,
-            failures={t: rec.failures for t, rec in self._tasks.items() if rec.failures},
+            failures=self._tasks.failures(),
             lease_held=self._lease_held,
+            zone=self._cfg.zone,
+            labels=self._labels,
         )

@@ -5,13 +5,22 @@ killed with SIGKILL; the time until every one of its tasks has been started by a
 (from the workers' journals, CLOCK_MONOTONIC, shared by all processes here) is the failover
 time. Also counted: how many tasks moved, and how many the dead worker had (they must match:
 nothing else moves). Target: reassigned_after_s <= lease + margin + one tick + 0.5 s.
+
+Then one `exec` worker runs 200 tasks (`sleep` processes): its agent's and its lease keeper's
+RSS and CPU share over a steady stretch (`exec_200`, `keeper_rss_mb`); then the agent is
+SIGSTOPped and left frozen past its lease: `frozen_agent_stop_s` is the time from the lease's
+end to the last task process gone, from the keeper's journal stop lines (each has the time the
+task's process ended and the lease deadline it enforced). Target: < 0.5 s.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import time
+from pathlib import Path
 
 from _cluster import Cluster, fleet_parser, median_run, wait_until
 
@@ -44,6 +53,66 @@ def one_run(tasks: int, workers: int, lease: float, margin: float, tick: float,
         shutil.rmtree(c.dir, ignore_errors=True)
 
 
+STEADY_S = 5.0  # the stretch over which CPU is measured
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _keeper_of(pid: int) -> int:
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        if b"keeperproc.py" in Path(f"/proc/{child}/cmdline").read_bytes():
+            return int(child)
+    raise RuntimeError("the worker has no lease keeper")
+
+
+def exec_run(tasks: int, lease: float, margin: float, tick: float,
+             report: float) -> dict[str, float]:
+    """One exec worker with ``tasks`` sleep processes: RSS, CPU, and a freeze past its lease."""
+    c = Cluster([f"task-{i:03d}" for i in range(tasks)])
+    try:
+        c.start_supervisor(warmup=10, expect_workers=1, lease=lease, lease_margin=margin,
+                           tick=tick, report_interval=report, log_level="warning")
+        agent = c.start_worker("exec-0", max_load=tasks, report_interval=report,
+                               log_level="warning", handler="exec", exec="sleep 100000",
+                               stop_grace=1)
+        wait_until(lambda: len(c.running(["exec-0"])) == tasks, timeout=60)
+        keeper = _keeper_of(agent.pid)
+        time.sleep(2 * report)  # settled
+        cpu0, k0, t0 = _cpu_s(agent.pid), _cpu_s(keeper), time.monotonic()
+        time.sleep(STEADY_S)
+        wall = time.monotonic() - t0
+        out = {"agent_rss_mb": _rss_mb(agent.pid), "keeper_rss_mb": _rss_mb(keeper),
+               "agent_cpu_share": (_cpu_s(agent.pid) - cpu0) / wall,
+               "keeper_cpu_share": (_cpu_s(keeper) - k0) / wall}
+        os.kill(agent.pid, signal.SIGSTOP)
+        try:
+            journal = c.dir / "exec-0.journal"
+
+            def keeper_stops() -> list[dict[str, float]]:
+                lines = [json.loads(x) for x in journal.read_text().splitlines()]
+                return [d for d in lines if d.get("by") == "keeper"]
+
+            stops = wait_until(lambda: len(keeper_stops()) == tasks and keeper_stops(),
+                               timeout=lease + 30)
+        finally:
+            os.kill(agent.pid, signal.SIGCONT)
+        out["frozen_agent_stop_s"] = max(d["t"] for d in stops) - stops[0]["deadline"]
+        return out
+    finally:
+        c.close()
+        shutil.rmtree(c.dir, ignore_errors=True)
+
+
 def main() -> None:
     ap = fleet_parser(__doc__)
     ap.add_argument("--lease", type=float, default=10.0, help="the supervisor's default")
@@ -54,11 +123,19 @@ def main() -> None:
     runs = [one_run(args.tasks, args.workers, args.lease, args.margin, args.tick,
                     args.report_interval) for _ in range(args.repeat)]
     r = median_run(runs, "reassigned_after_s")
+    execs = [exec_run(args.tasks, args.lease, args.margin, args.tick, args.report_interval)
+             for _ in range(args.repeat)]
+    e = median_run(execs, "frozen_agent_stop_s")
     result = {"lease_s": args.lease, "margin_s": args.margin, "tick_s": args.tick,
               "reassigned_after_s": round(r["reassigned_after_s"], 3),
               "tasks_moved": r["tasks_moved"], "departed_tasks": r["departed_tasks"],
               "runs_s": [round(x["reassigned_after_s"], 3) for x in runs],
-              "target_s": args.lease + args.margin + args.tick + 0.5}
+              "target_s": args.lease + args.margin + args.tick + 0.5,
+              "keeper_rss_mb": round(e["keeper_rss_mb"], 1),
+              "frozen_agent_stop_s": round(e["frozen_agent_stop_s"], 3),
+              "frozen_agent_stop_runs_s": [round(x["frozen_agent_stop_s"], 3) for x in execs],
+              "frozen_agent_stop_target_s": 0.5,
+              f"exec_{args.tasks}": {k: round(v, 3) for k, v in e.items()}}
     if args.output == "json":
         print(json.dumps(result, indent=2))
         return
@@ -69,6 +146,12 @@ def main() -> None:
           f"target <= {result['target_s']:g} s)")
     print(f"  tasks moved {result['tasks_moved']}, departed worker's tasks "
           f"{result['departed_tasks']}")
+    print(f"one exec worker, {args.tasks} sleep tasks: agent {e['agent_rss_mb']:.1f} MB RSS, "
+          f"{e['agent_cpu_share']:.3f} of a core; lease keeper {e['keeper_rss_mb']:.1f} MB RSS, "
+          f"{e['keeper_cpu_share']:.4f} of a core")
+    print(f"  frozen agent (SIGSTOP past its lease): last task process gone "
+          f"{e['frozen_agent_stop_s']:.3f} s after the lease's end (median of {args.repeat}; "
+          f"target < 0.5 s)")
 
 
 if __name__ == "__main__":

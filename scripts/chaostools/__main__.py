@@ -30,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replicas", type=int, default=2, help="replicas per task [default: 2]")
     ap.add_argument("--tasks", type=int, default=0,
                     help="tasks at the start [default: six per worker]")
+    ap.add_argument("--handler", choices=("exec", "log"), default="exec",
+                    help="what the workers run: exec (a process per task, stopped by the "
+                         "lease keeper when a frozen agent's lease lapses) or log (nothing: "
+                         "the agent is the task) [default: exec]")
     ap.add_argument("--slack", type=float, default=1.5,
                     help="seconds added to every bound, for a slow machine [default: 1.5]")
     ap.add_argument("--workdir", type=Path, default=None,
@@ -43,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--replicas must be >= 1, --duration > 0, --slack and --tasks >= 0")
     try:
         result = run(Options(a.duration, a.seed, a.workers, a.replicas, a.tasks, a.slack,
-                             a.workdir))
+                             a.workdir, handler=a.handler))
     except ValueError as exc:
         ap.error(str(exc))
     except KeyboardInterrupt:
@@ -59,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 def summary(r: dict[str, Any]) -> str:
     run_, faults = r["run"], r["faults"]
     lines = [
-        f"chaos run: seed {run_['seed']}, {run_['workers']} workers, replicas "
+        f"chaos run: seed {run_['seed']}, {run_['workers']} {run_['handler']} workers, replicas "
         f"{run_['replicas']}, {run_['tasks_at_start']} -> {run_['tasks_at_end']} tasks, "
         f"{run_['fault_phase_s']:.1f} s of faults",
         f"faults injected: {faults['total']} ("

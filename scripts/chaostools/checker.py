@@ -8,6 +8,7 @@ and judges them:
 
 ``coverage``   every task in the task list has ``replicas`` owners at every instant, except
                inside the *window* of a fault that may uncover it (below).
+``replicas+1`` no task ever has more than ``replicas + 1`` owners, at any instant.
 ``exclusive``  no task ever has more than ``replicas`` owners, except a planned move's
                make-before-break hand-off (at most one extra owner, and one of them stops
                within ``handoff`` seconds after the newest started it — longer only if a fault
@@ -20,10 +21,16 @@ How the harness's events become spans:
 
 - a process killed with SIGKILL holds nothing from the instant it was killed (its journal has
   no stop lines: it could not write them);
-- a frozen (SIGSTOPped) process runs nothing while frozen: its spans are cut at the SIGSTOP and
-  resume at the SIGCONT. A zombie — frozen past its lease, its tasks moved meanwhile — must stop
-  them as the first thing it does on waking: an overlap that starts at its SIGCONT and ends
-  within ``wake`` seconds is counted as a *zombie wake-up*, not as a violation.
+- a frozen (SIGSTOPped) ``log`` worker runs nothing while frozen: its spans are cut at the
+  SIGSTOP and resume at the SIGCONT. A zombie — frozen past its lease, its tasks moved
+  meanwhile — must stop them as the first thing it does on waking: an overlap that starts at
+  its SIGCONT and ends within ``wake`` seconds is counted as a *zombie wake-up*.
+- an ``exec`` worker's tasks are processes that a freeze of the agent does not stop: their
+  spans run on (marked frozen) until the lease keeper ends them, which its journal stop lines
+  (``"by": "keeper"``) record. ``keeper``: such a process must be gone by the freeze + lease
+  + ``wake``; and an extra owner that starts once the frozen worker's lease has surely lapsed
+  (freeze + lease) while its process still lives is two live processes for one task: a
+  violation, never a hand-off.
 
 Fault windows (from the fault's start ``t0``; ``t1`` is when it was lifted), each + ``slack``:
 
@@ -68,8 +75,30 @@ def build_spans(journals: dict[str, list[dict[str, Any]]],
         end = INF if p.ended is None else p.ended
         raw += [(task, t, max(t, end)) for task, t in opened.items()]
         for task, a, b in raw:
-            out += _cut(Span(task, key, p.worker, a, b), p.frozen)
+            span = Span(task, key, p.worker, a, b)
+            out += _mark(span, p.frozen) if p.exec else _cut(span, p.frozen)
     return out
+
+
+def _mark(span: Span, frozen: tuple[tuple[float, float | None], ...]) -> list[Span]:
+    """An exec task's span, split where its agent was frozen (the pieces inside say since
+    when); the process ran on all the same."""
+    pieces: list[Span] = []
+    a = span.start
+    for f0, f1 in sorted(frozen):
+        thaw = INF if f1 is None else f1
+        if thaw <= a or f0 >= span.end:
+            continue
+        if f0 > a:
+            pieces.append(Span(span.task, span.owner, span.worker, a, f0))
+        b = min(thaw, span.end)
+        pieces.append(Span(span.task, span.owner, span.worker, max(a, f0), b, frozen_at=f0,
+                           split=f0 > span.start))
+        a = b
+    if a < span.end:
+        pieces.append(Span(span.task, span.owner, span.worker, a, span.end,
+                           split=a > span.start))
+    return pieces
 
 
 def _cut(span: Span, frozen: tuple[tuple[float, float | None], ...]) -> list[Span]:
@@ -114,6 +143,12 @@ def check(journals: dict[str, list[dict[str, Any]]], processes: dict[str, Proces
         by_task.setdefault(s.task, []).append(s)
     windows = _windows(faults, spans, bounds, assigned)
     res = Result()
+    for s in spans:  # the keeper ends a frozen exec worker's tasks when its lease lapses
+        if s.frozen_at is not None and s.end > s.frozen_at + bounds.lease + bounds.wake:
+            res.violations.append({
+                "task": s.task, "window": [s.frozen_at + bounds.lease, s.end],
+                "rule": "keeper", "detail": f"{s.owner}'s task process ran "
+                f"{s.end - s.frozen_at:.3f} s into its agent's freeze (lease {bounds.lease:g})"})
     every = {t for _, ts in history for t in ts} | set(by_task)
     uncovered: dict[str, list[tuple[float, float]]] = {}
     for task in sorted(every):
@@ -178,7 +213,8 @@ def _judge_task(task: str, spans: list[Span], listed: list[tuple[float, float]],
                 gaps.append((a, b))
         if n > replicas:
             if excess and abs(excess[-1][1] - a) < EPS:
-                excess[-1] = (excess[-1][0], b, owners, max(excess[-1][3], n))
+                merged = excess[-1][2] + [s for s in owners if s not in excess[-1][2]]
+                excess[-1] = (excess[-1][0], b, merged, max(excess[-1][3], n))
             else:
                 excess.append((a, b, owners, n))
     for a, b, owners, most in excess:
@@ -194,7 +230,20 @@ def _judge_excess(task: str, a: float, b: float, owners: list[Span], most: int, 
                                "detail": why, "owners": sorted(s.worker for s in owners)})
 
     if most > replicas + 1:
-        return violation(f"{most} owners, replicas {replicas}")
+        res.double_owner_s += b - a
+        res.violations.append({"task": task, "window": [a, b], "rule": "replicas+1",
+                               "detail": f"{most} owners, replicas {replicas}",
+                               "owners": sorted(s.worker for s in owners)})
+        return None
+    frozen = [s.frozen_at for s in owners if s.frozen_at is not None]
+    if frozen:  # an exec worker's process lives on while its agent is frozen
+        lapsed = min(frozen) + bounds.lease
+        if max(s.start for s in owners if not s.split) >= lapsed - EPS:
+            return violation("two live processes: a new owner started after the frozen "
+                             "owner's lease had lapsed, and its process still ran")
+        if b <= lapsed + bounds.wake:  # a hand-off the freeze interrupted: the keeper ends it
+            res.handoffs.append(b - a)
+            return None
     if b >= end - EPS:
         return violation("still more owners than replicas at the end")
     leaving = [s for s in owners if abs(s.end - b) < EPS]
@@ -208,7 +257,7 @@ def _judge_excess(task: str, a: float, b: float, owners: list[Span], most: int, 
         return violation(f"a zombie kept it {b - old.start:.3f} s after waking")
     # The newest start among all the owners: usually the new owner's, but the overlap may also
     # end with the new owner giving the task up (its lease ran out: it was cut off).
-    newest = max(s.start for s in owners)
+    newest = max(s.start for s in owners if not s.split)
     allowed = _handoff_allowed(old.worker, newest, b, bounds, faults)
     if b <= allowed:
         res.handoffs.append(b - a)

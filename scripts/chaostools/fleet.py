@@ -28,6 +28,13 @@ from .proxy import Fault, Proxy
 from .schedule import Timings
 
 BIN = Path(sys.executable).parent
+# The workers' handler: log runs nothing (the agent is the task); exec runs one `sleep` process
+# per task, which a freeze of the agent does not stop (its lease keeper does). A short stop
+# grace: `sleep` ends at SIGTERM anyway.
+HANDLERS = {
+    "log": ["--handler", "log"],
+    "exec": ["--handler", "exec", "--exec", "sleep 100000", "--stop-grace", "0.5"],
+}
 
 
 def free_port() -> int:
@@ -50,6 +57,7 @@ class Proc:
     killed: bool = False  # ended by us with SIGKILL (an exit code then means nothing)
     asked_to_stop: bool = False  # SIGTERM sent: exiting is expected
     frozen: list[list[float | None]] = field(default_factory=list)
+    exec: bool = False  # exec handler: its tasks are processes (with a lease keeper)
 
     def alive(self) -> bool:
         return self.ended is None
@@ -57,13 +65,14 @@ class Proc:
     def record(self) -> Process:
         assert self.worker is not None
         return Process(self.key, self.worker, self.started, self.ended,
-                       tuple((f[0] or 0.0, f[1]) for f in self.frozen))
+                       tuple((f[0] or 0.0, f[1]) for f in self.frozen), self.exec)
 
 
 class Fleet:
     def __init__(self, workdir: Path, timings: Timings, replicas: int, max_load: float,
-                 tasks: list[str]) -> None:
+                 tasks: list[str], handler: str = "exec") -> None:
         self.dir = workdir
+        self.handler = handler  # log | exec
         self.timings = timings
         self.replicas = replicas
         self.max_load = max_load
@@ -138,10 +147,11 @@ class Fleet:
         n = sum(1 for p in self.procs if p.worker == wid) + 1
         journal = self.dir / "journals" / f"{wid}.{n}.jsonl"
         args = [str(BIN / "corral-worker"), "run", "--supervisor",
-                f"tcp://127.0.0.1:{self.routes[wid]}", "--id", wid, "--handler", "log",
+                f"tcp://127.0.0.1:{self.routes[wid]}", "--id", wid, *HANDLERS[self.handler],
                 "--journal", str(journal), "--max-load", f"{self.max_load:g}",
                 *self.timings.worker_args()]
         proc = self._spawn(f"{wid}#{n}", wid, args, journal)
+        proc.exec = self.handler == "exec"
         self.current[wid] = proc
         return proc.started
 

@@ -42,6 +42,7 @@ class Options:
     slack: float = 1.5
     workdir: Path | None = None
     timings: Timings = field(default_factory=Timings)
+    handler: str = "exec"  # the workers': exec (task processes, lease keepers) or log
 
 
 class Harness:
@@ -53,7 +54,7 @@ class Harness:
         self.tasks = [f"task-{i:03d}" for i in range(n_tasks)]
         # Room for every replica on the healthy workers the plan keeps, with space to spare.
         max_load = math.ceil(2 * n_tasks * opts.replicas / opts.workers)
-        self.fleet = Fleet(workdir, self.tm, opts.replicas, max_load, self.tasks)
+        self.fleet = Fleet(workdir, self.tm, opts.replicas, max_load, self.tasks, opts.handler)
         self.history: list[tuple[float, list[str]]] = []
         self.faults: dict[int, dict[str, Any]] = {}
         self.origin = 0.0
@@ -240,6 +241,7 @@ class Harness:
                                   for r in self.faults.values()]}
         out["recovery_by_kind"] = _by_kind(res.recovery)
         out["run"] = {"seed": self.opts.seed, "workers": self.opts.workers,
+                      "handler": self.opts.handler,
                       "replicas": self.opts.replicas, "tasks_at_start": len(self.tasks),
                       "tasks_at_end": len(self.history[-1][1]),
                       "fault_phase_s": round(end - self.origin, 3),

@@ -19,6 +19,7 @@ class Process:
     started: float
     ended: float | None = None  # killed (SIGKILL time) or exited; None: alive at the end
     frozen: tuple[tuple[float, float | None], ...] = ()  # (SIGSTOP, SIGCONT or None)
+    exec: bool = False  # its tasks are processes of their own: a freeze does not stop them
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ class Span:
     start: float
     end: float
     resumed: bool = False  # begins at a SIGCONT
+    frozen_at: float | None = None  # an exec task's process while its agent is frozen: since
+    split: bool = False  # goes on where another piece of the same span ended (no new start)
 
 
 @dataclass

@@ -78,7 +78,8 @@ def test_sigterm_drains_lame_duck_and_exits_0_once_empty(
     assert proc.wait(WAIT) == 0
     assert journal(path) == [("start", "a"), ("start", "b"), ("stop", "a"), ("stop", "b")]
     line = json.loads(path.read_text().splitlines()[0])
-    assert set(line) == {"t", "event", "task", "worker"} and line["worker"] == "w1"
+    assert set(line) == {"t", "event", "task", "worker", "token"} and line["worker"] == "w1"
+    assert line["token"] == E7
 
 
 def test_drain_timeout_stops_what_is_left_and_exits_0(

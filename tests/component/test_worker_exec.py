@@ -14,6 +14,7 @@ import pytest
 
 from corral.common.protocol import make_token
 from corral.worker.events import TaskFailed, TaskStopped
+from corral.worker.handlers import TaskContext
 from corral.worker.process import ExecRunner
 
 from . import test_worker_support as support
@@ -59,7 +60,7 @@ def poll_until(runner: ExecRunner, now: float) -> list[TaskStopped | TaskFailed]
 def test_stop_terminates_the_whole_group(runner_for: type[ExecRunner], tmp_path: Path) -> None:
     runner = runner_for(TWO_PROCS)
     task = str(tmp_path / "a")
-    runner.start(task)
+    runner.start(TaskContext(task))
     procs = pids(Path(task))
     assert all(alive(p) for p in procs) and runner.poll(0.0) == []
     assert runner.stop(task, now=0.0) is False  # stopping; the outcome comes from poll
@@ -71,7 +72,7 @@ def test_a_group_ignoring_sigterm_is_killed_after_the_grace(
         runner_for: type[ExecRunner], tmp_path: Path) -> None:
     runner = runner_for(IGNORES_TERM, stop_grace=3.0)
     task = str(tmp_path / "a")
-    runner.start(task)
+    runner.start(TaskContext(task))
     procs = pids(Path(task))
     runner.stop(task, now=10.0)
     assert runner.next_deadline(10.0) == 13.0
@@ -85,12 +86,12 @@ def test_a_crash_is_a_failure_and_its_leftovers_are_killed(
         runner_for: type[ExecRunner], tmp_path: Path) -> None:
     runner = runner_for(CRASHES)
     task = str(tmp_path / "a")
-    runner.start(task)
+    runner.start(TaskContext(task))
     leader, child = pids(Path(task))
     assert poll_until(runner, 0.0) == [TaskFailed(task, "exited with status 3")]
     assert not alive(leader)
     assert wait_until(lambda: not alive(child))
-    runner.start(task)  # the agent restarts it later: the id is free again
+    runner.start(TaskContext(task))  # the agent restarts it later: the id is free again
 
 
 def test_task_ids_are_one_argument_never_shell_text(
@@ -100,7 +101,7 @@ def test_task_ids_are_one_argument_never_shell_text(
     runner = runner_for(f"sh -c {shlex.quote(script)} {{task}}")
     task = "a b; touch pwned $(touch pwned2) {task}"
     assert runner.command(task)[-1] == task
-    runner.start(task)
+    runner.start(TaskContext(task))
     assert wait_until(lambda: out.exists() and out.read_text()) == f"{task}|{task}"
     assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
 
@@ -108,7 +109,7 @@ def test_task_ids_are_one_argument_never_shell_text(
 def test_a_command_that_cannot_start_raises(runner_for: type[ExecRunner]) -> None:
     runner = runner_for("/nonexistent/recorder --room {task}")
     with pytest.raises(OSError):
-        runner.start("a")
+        runner.start(TaskContext("a"))
     assert runner.tasks() == []
 
 
@@ -116,8 +117,8 @@ def test_close_ends_running_and_stopping_groups(
         runner_for: type[ExecRunner], tmp_path: Path) -> None:
     runner = runner_for(IGNORES_TERM, stop_grace=0.2)
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
-    runner.start(a)
-    runner.start(b)
+    runner.start(TaskContext(a))
+    runner.start(TaskContext(b))
     procs = pids(Path(a)) + pids(Path(b))
     runner.stop(a, now=0.0)
     assert sorted(runner.close()) == sorted([a, b])

@@ -61,7 +61,7 @@ def test_two_extra_owners_are_a_violation_even_briefly() -> None:
     res = run({"a#1": [line(0.5, "start"), line(5.01, "stop")],
                "b#1": [line(5.0, "start", worker="b")],
                "c#1": [line(5.0, "start", worker="c"), line(5.01, "stop", worker="c")]})
-    assert rules(res) == ["exclusive"] and "3 owners" in res.violations[0]["detail"]
+    assert rules(res) == ["replicas+1"] and "3 owners" in res.violations[0]["detail"]
 
 
 def test_more_owners_than_replicas_at_the_end_is_a_violation() -> None:
@@ -106,6 +106,33 @@ def test_a_zombie_that_stops_at_once_on_waking_is_counted_apart() -> None:
                 "b#1": [line(7.5, "start", worker="b")]},
                processes=dict(procs), faults=[stop])
     assert rules(late) == ["exclusive"] and "zombie" in late.violations[0]["detail"]
+
+
+def test_an_exec_worker_s_tasks_run_on_while_it_is_frozen_until_the_keeper_ends_them() -> None:
+    procs = {"a#1": Process("a#1", "a", 0.0, frozen=((2.0, 9.0),), exec=True)}
+    stop = Fault(0, "stop_worker", "a", 2.0, 9.0)
+    # The keeper ended it at the lease's end (2 + 3), before b was given it: no overlap.
+    ok = run({"a#1": [line(0.5, "start"), line(5.01, "stop")],
+              "b#1": [line(7.5, "start", worker="b")]}, processes=dict(procs), faults=[stop])
+    assert ok.violations == [] and ok.zombies == []
+    spans = checker.build_spans({"a#1": [line(0.5, "start"), line(5.01, "stop")]}, procs)
+    assert [(s.start, s.end, s.frozen_at) for s in spans] == [(0.5, 2.0, None),
+                                                               (2.0, 5.01, 2.0)]
+    # No keeper: the process lives on until the agent wakes, next to b's.
+    none = run({"a#1": [line(0.5, "start"), line(9.01, "stop")],
+                "b#1": [line(7.5, "start", worker="b")]}, processes=dict(procs), faults=[stop])
+    assert sorted(rules(none)) == ["exclusive", "keeper"]
+    assert "two live processes" in next(v["detail"] for v in none.violations
+                                        if v["rule"] == "exclusive")
+
+
+def test_a_hand_off_interrupted_by_a_freeze_ends_with_the_keeper() -> None:
+    procs = {"a#1": Process("a#1", "a", 0.0, frozen=((2.0, 9.0),), exec=True)}
+    stop = Fault(0, "stop_worker", "a", 2.0, 9.0)
+    journals = {"a#1": [line(0.5, "start"), line(5.01, "stop")],
+                "b#1": [line(1.9, "start", worker="b")]}  # the new owner, just before
+    res = run(journals, processes=dict(procs), faults=[stop])
+    assert res.violations == [] and len(res.handoffs) == 1
 
 
 def test_frozen_time_is_cut_out_of_spans() -> None:

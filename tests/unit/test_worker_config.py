@@ -90,3 +90,18 @@ def test_backoff_doubles_up_to_its_cap() -> None:
     b = Backoff(base=0.5, cap=4.0)
     assert [b.delay(n) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
     assert b.delay(10**6) == 4.0
+
+
+def test_zone_and_labels_from_flags_env_and_file(tmp_path: Path) -> None:
+    base = {"supervisor": "tcp://127.0.0.1:7760", "handler": "log"}
+    cfg = load({**base, "zone": "eu-1/rack-7", "label": ("gpu=true", "disk=ssd")},
+               {"CORRAL_LABELS": "ignored=1"})
+    assert cfg.zone == "eu-1/rack-7" and cfg.labels == (("disk", "ssd"), ("gpu", "true"))
+    cfg = load(base, {"CORRAL_ZONE": "eu-2", "CORRAL_LABELS": "arch=arm64, gpu=false"})
+    assert cfg.zone == "eu-2" and cfg.labels == (("arch", "arm64"), ("gpu", "false"))
+    f = tmp_path / "w.toml"
+    f.write_text('zone = "us/r1/h3"\n[labels]\ngpu = "true"\n"team.io/owner" = "media"\n')
+    cfg = load(base, {}, str(f))
+    assert cfg.zone == "us/r1/h3"
+    assert cfg.labels == (("gpu", "true"), ("team.io/owner", "media"))
+    assert load(base, {}).labels == () and load(base, {}).zone == ""

@@ -1,0 +1,54 @@
+"""docs/examples/fenced_writer.py runs as documented: as a real process with the environment
+an exec task gets, it writes under a newer token and is refused under an older one; and run
+by a real `corral-worker` it gets its token from the agent."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from corral.common.protocol import make_token
+
+from . import test_worker_support as support
+from .test_worker_support import WAIT, FakeSupervisor, Workers, wait_until
+
+supervisor_fixture = support.supervisor_fixture  # the `supervisor` fixture
+workers_fixture = support.workers_fixture  # the `workers` fixture
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fenced_writer.py"
+
+
+def write_once(db: Path, task: str, token: int) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CORRAL_TASK": task, "CORRAL_FENCING_TOKEN": str(token)}
+    return subprocess.run([sys.executable, str(EXAMPLE), "--db", str(db), "--once"],
+                          env=env, capture_output=True, text=True, timeout=WAIT)
+
+
+def rows(db: Path) -> list[tuple[str, int]]:
+    with sqlite3.connect(db) as conn:
+        return [(t, n) for t, n in conn.execute("SELECT task, token FROM rows ORDER BY rowid")]
+
+
+def test_a_write_with_an_older_token_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    old, new = make_token(3, 7), make_token(4, 1)
+    assert write_once(db, "room-1", old).returncode == 0
+    assert write_once(db, "room-1", new).returncode == 0
+    zombie = write_once(db, "room-1", old)  # the old owner wakes up and writes once more
+    assert zombie.returncode == 3 and "is older than" in zombie.stderr
+    assert write_once(db, "room-2", old).returncode == 0  # fences are per task
+    assert rows(db) == [("room-1", old), ("room-1", new), ("room-2", old)]
+
+
+def test_run_by_the_worker_it_writes_under_the_assignment_s_token(
+        supervisor: FakeSupervisor, workers: Workers, tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    workers.start(supervisor.endpoint, "--handler", "exec", "--exec",
+                  f"{sys.executable} {EXAMPLE} --db {db} --every 0.05")
+    token = make_token(7, 42)
+    supervisor.answer(supervisor.recv(), add=("room-1",), tokens={"room-1": token})
+    assert wait_until(lambda: db.exists() and rows(db)), "the task never wrote"
+    assert {n for _, n in rows(db)} == {token}

@@ -1,0 +1,135 @@
+"""The lease keeper with real processes: a `corral-worker run` with ``exec`` tasks against a
+fake supervisor, the agent frozen (SIGSTOP), killed, or its keeper killed. Every process is
+stopped by pid at the end (the `workers` fixture; task groups by the agent or its keeper)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from . import test_worker_support as support
+from .test_worker_support import FakeSupervisor, Workers, alive, wait_until
+
+supervisor_fixture = support.supervisor_fixture  # the `supervisor` fixture
+workers_fixture = support.workers_fixture  # the `workers` fixture
+
+# The task id is a file path here: the group writes "<leader pid> <child pid>" into it.
+TWO_PROCS = "sh -c 'sleep 60 & echo $$ $! > \"$0\"; wait' {task}"
+
+
+def pids(path: Path) -> list[int]:
+    text = wait_until(lambda: path.exists() and path.read_text().strip())
+    assert text, f"{path} was never written"
+    return [int(p) for p in text.split()]
+
+
+def keeper_of(agent: int) -> int:
+    """The pid of the agent's keeper (its child running keeperproc.py)."""
+    def find() -> int | None:
+        for child in Path(f"/proc/{agent}/task/{agent}/children").read_text().split():
+            cmd = Path(f"/proc/{child}/cmdline").read_bytes()
+            if b"keeperproc.py" in cmd:
+                return int(child)
+        return None
+    pid = wait_until(find)
+    assert pid, "no keeper process"
+    return int(pid)
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def exec_worker(workers: Workers, supervisor: FakeSupervisor, tmp: Path,
+                *extra: str) -> subprocess.Popen[str]:
+    return workers.start(supervisor.endpoint, "--handler", "exec", "--exec", TWO_PROCS,
+                         "--stop-grace", "1", "--journal", str(tmp / "journal"), *extra)
+
+
+def hold(supervisor: FakeSupervisor, tasks: tuple[str, ...], lease: float) -> float:
+    """Give the worker ``tasks`` under a lease; the monotonic time the lease ends."""
+    status = supervisor.recv()
+    supervisor.answer(status, add=tasks, lease=lease)
+    supervisor.wait_for(lambda s: set(s.running) == set(tasks) and s.lease_held)
+    return status.sent_at + lease
+
+
+def test_a_frozen_agent_s_tasks_end_when_its_lease_lapses(
+        supervisor: FakeSupervisor, workers: Workers, tmp_path: Path) -> None:
+    agent = exec_worker(workers, supervisor, tmp_path)
+    tasks = (str(tmp_path / "a"), str(tmp_path / "b"))
+    expires = hold(supervisor, tasks, lease=2.0)
+    procs = [p for t in tasks for p in pids(Path(t))]
+    os.kill(agent.pid, signal.SIGSTOP)  # and the supervisor renews nothing any more
+    try:
+        assert wait_until(lambda: not any(alive(p) for p in procs), timeout=expires + 5
+                          - time.monotonic()), "the keeper did not end the tasks"
+        gone = time.monotonic()
+        assert gone - expires < 1.0, gone - expires  # within the keeper's reach: at once
+        def stops_() -> list[dict[str, Any]]:
+            return [d for d in lines(tmp_path / "journal") if d["event"] == "stop"]
+
+        stops = wait_until(lambda: len(stops_()) == 2 and stops_())  # written as they end
+        assert sorted(d["task"] for d in stops) == sorted(tasks)
+        assert all(d["by"] == "keeper" and expires <= d["t"] < expires + 0.5 for d in stops)
+    finally:
+        os.kill(agent.pid, signal.SIGCONT)
+    # Awake: it finds its lease lapsed, holds nothing, and restarts nothing.
+    status = supervisor.wait_for(lambda s: not s.lease_held and s.running == {})
+    time.sleep(0.5)  # a few report intervals in which nothing may start
+    assert [d for d in lines(tmp_path / "journal") if d["event"] == "start"][2:] == []
+    assert agent.poll() is None
+    # A new lease and set: it takes tasks again.
+    supervisor.answer(status, add=(str(tmp_path / "c"),), lease=30.0)
+    assert pids(tmp_path / "c")
+
+
+def test_with_keep_the_keeper_leaves_a_frozen_agent_s_tasks_running(
+        supervisor: FakeSupervisor, workers: Workers, tmp_path: Path) -> None:
+    agent = exec_worker(workers, supervisor, tmp_path, "--on-lease-loss", "keep")
+    task = str(tmp_path / "a")
+    expires = hold(supervisor, (task,), lease=1.0)
+    procs = pids(Path(task))
+    os.kill(agent.pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: False, timeout=max(0.0, expires + 1.0 - time.monotonic()))
+        assert all(alive(p) for p in procs)
+    finally:
+        os.kill(agent.pid, signal.SIGCONT)
+
+
+def test_a_killed_keeper_stops_the_tasks_and_the_agent_exits_4_within_a_second(
+        supervisor: FakeSupervisor, workers: Workers, tmp_path: Path) -> None:
+    agent = exec_worker(workers, supervisor, tmp_path)
+    tasks = (str(tmp_path / "a"), str(tmp_path / "b"))
+    hold(supervisor, tasks, lease=30.0)
+    procs = [p for t in tasks for p in pids(Path(t))]
+    keeper = keeper_of(agent.pid)
+    killed = time.monotonic()
+    os.kill(keeper, signal.SIGKILL)
+    assert agent.wait(5.0) == 4
+    took = time.monotonic() - killed
+    assert took < 1.0, took
+    assert not any(alive(p) for p in procs)
+    assert "lease keeper gone" in workers.stderr(agent)
+
+
+def test_a_killed_agent_s_keeper_ends_whole_groups(
+        supervisor: FakeSupervisor, workers: Workers, tmp_path: Path) -> None:
+    agent = exec_worker(workers, supervisor, tmp_path)
+    task = str(tmp_path / "a")
+    hold(supervisor, (task,), lease=30.0)
+    leader, child = pids(Path(task))
+    keeper = keeper_of(agent.pid)
+    os.kill(agent.pid, signal.SIGKILL)
+    agent.wait(5.0)
+    # PDEATHSIG takes the leader; the keeper takes the rest of its group, then exits.
+    assert wait_until(lambda: not alive(leader) and not alive(child))
+    assert wait_until(lambda: not alive(keeper))
+    stops = [d for d in lines(tmp_path / "journal") if d["event"] == "stop"]
+    assert [(d["task"], d.get("by")) for d in stops] == [(task, "keeper")]
