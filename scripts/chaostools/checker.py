@@ -229,6 +229,14 @@ def _judge_excess(task: str, a: float, b: float, owners: list[Span], most: int, 
         res.violations.append({"task": task, "window": [a, b], "rule": "exclusive",
                                "detail": why, "owners": sorted(s.worker for s in owners)})
 
+    # A zombie waking up (in-process tasks frozen with their agent, stopped as the first
+    # thing it does) may meet a planned hand-off: that instant is its wake-up, not a third
+    # owner the supervisor made.
+    wakers = [s for s in owners if s.resumed and s.start >= a - EPS
+              and s.end - s.start <= bounds.wake]
+    if most > replicas + 1 and wakers and most - len(wakers) <= replicas + 1:
+        res.zombies.append(b - a)
+        return None
     if most > replicas + 1:
         res.double_owner_s += b - a
         res.violations.append({"task": task, "window": [a, b], "rule": "replicas+1",
