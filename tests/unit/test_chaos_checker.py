@@ -108,6 +108,24 @@ def test_a_zombie_that_stops_at_once_on_waking_is_counted_apart() -> None:
     assert rules(late) == ["exclusive"] and "zombie" in late.violations[0]["detail"]
 
 
+def test_a_zombie_waking_into_a_hand_off_is_its_wake_up_not_a_third_owner() -> None:
+    # Found by `scripts/chaos --seed 11 --handler log`: a frozen worker's in-process task
+    # woke up (and stopped at once) while the task's new owners were handing it over.
+    procs = {"a#1": Process("a#1", "a", 0.0, frozen=((2.0, 9.0),))}
+    stop = Fault(0, "stop_worker", "a", 2.0, 9.0)
+    res = run({"a#1": [line(0.5, "start"), line(9.01, "stop")],
+               "b#1": [line(7.5, "start", worker="b"), line(9.02, "stop", worker="b")],
+               "c#1": [line(8.9, "start", worker="c")]},
+              processes=dict(procs), faults=[stop])
+    assert "replicas+1" not in rules(res) and len(res.zombies) == 1
+    # Not a zombie (it ran on long after waking): three owners are a violation.
+    late = run({"a#1": [line(0.5, "start"), line(12.0, "stop")],
+                "b#1": [line(7.5, "start", worker="b"), line(11.9, "stop", worker="b")],
+                "c#1": [line(11.0, "start", worker="c")]},
+               processes=dict(procs), faults=[stop])
+    assert "replicas+1" in rules(late)
+
+
 def test_an_exec_worker_s_tasks_run_on_while_it_is_frozen_until_the_keeper_ends_them() -> None:
     procs = {"a#1": Process("a#1", "a", 0.0, frozen=((2.0, 9.0),), exec=True)}
     stop = Fault(0, "stop_worker", "a", 2.0, 9.0)
