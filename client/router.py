@@ -341,7 +341,7 @@ class Router:
         the map held, and raises only if there is none yet."""
         self._next_refresh = now + self.config.refresh_interval
         try:
-            new = self._fetch_map(self.map.version)
+            new = self._fetch_map(self.map)
         except MapUnavailable:
             self.counters["refresh_failures"] += 1
             if self.map is EMPTY:
@@ -361,10 +361,10 @@ class Router:
         self._chooser.set_workers(workers)
         self._health.new_map(old.workers, workers)
 
-    def _fetch_map(self, if_newer_than: int) -> RouteMap | None:
-        """The newer map from the leader, None when ours is current, or `MapUnavailable`
-        saying why not."""
-        args = {"if_newer_than": if_newer_than} if if_newer_than >= 0 else {}
+    def _fetch_map(self, held: RouteMap) -> RouteMap | None:
+        """The leader's map, None when ours is current, or `MapUnavailable` saying why not.
+        (After a failover the new leader's map has another epoch: it replaces ours.)"""
+        args = {"if_newer_than": held.version, "epoch": held.epoch} if held.version >= 0 else {}
         try:
             result = self._control.call("map", args)
         except Unreachable as exc:

@@ -3,15 +3,17 @@
 The supervisor serves it on its control endpoint (verb ``map``); clients (`Router`) cache it
 and refresh it when its version moves. Its JSON shape, a contract::
 
-    {"version": 8589934595, "epoch": 2,
+    {"version": 3, "epoch": 2,
      "workers": {"w1": {"serve": "tcp://10.0.0.7:7770", "state": "ready"}, ...},
      "tasks": {"room-7": ["w1"], "room-8": ["w2", "w3"], "room-9": []}}
 
 ``tasks`` lists every task with the workers that run it *and serve requests* (a worker that
 reports the task running, is meant to run it or is handing it over, and has a serve address);
 ``workers`` every active worker with a serve address and its own state (``starting``,
-``ready``, ``lame_duck``). ``version`` = epoch × 2³² + a count that moves whenever the
-content does, so a restarted supervisor's versions are above its predecessor's.
+``ready``, ``lame_duck``). A map is identified by ``(epoch, version)``, compared in that
+order: ``version`` counts the content's changes within the supervisor's epoch, so a restarted
+supervisor's (or a new HA leader's) maps come after its predecessor's. (Two numbers, not one:
+an HA epoch is above 2⁴⁰, with no room left in 64 bits for a count.)
 
 Also here, so the `Router` and ``corralctl route`` agree: keys → tasks on a hash ring
 (`TaskRing`), and `explain`, where a request would go and why. Pure: no I/O, no clock.
@@ -28,7 +30,6 @@ import msgspec
 from .errors import ProtocolError
 from .hashring import HashRing
 
-VERSION_SHIFT = 32
 KEY_VNODES = 40  # ring points per task: every client and corralctl must use the same number
 READY, STARTING, LAME_DUCK = "ready", "starting", "lame_duck"
 
@@ -46,8 +47,13 @@ class RouteMap:
     workers: Mapping[str, WorkerEntry] = field(default_factory=dict)
     tasks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
+    @property
+    def key(self) -> tuple[int, int]:
+        """``(epoch, version)``: the later map has the larger key."""
+        return self.epoch, self.version
 
-EMPTY = RouteMap(-1)  # what a client holds before its first fetch: any map is newer
+
+EMPTY = RouteMap(-1, -1)  # what a client holds before its first fetch: any map is newer
 
 
 class _WorkerWire(msgspec.Struct):
@@ -90,19 +96,19 @@ class MapVersions:
     the version only when the rebuilt content differs.
 
     >>> v = MapVersions(epoch=2)
-    >>> v.current(1, lambda: ({"a": ("w1",)}, {})).version == (2 << 32) + 1
-    True
-    >>> v.current(2, lambda: ({"a": ("w1",)}, {})).version == (2 << 32) + 1  # same content
-    True
-    >>> v.current(3, lambda: ({"a": ("w2",)}, {})).version == (2 << 32) + 2
-    True
+    >>> v.current(1, lambda: ({"a": ("w1",)}, {})).key
+    (2, 1)
+    >>> v.current(2, lambda: ({"a": ("w1",)}, {})).key  # same content
+    (2, 1)
+    >>> v.current(3, lambda: ({"a": ("w2",)}, {})).key
+    (2, 2)
     """
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
         self._count = 0
         self._signature: Any = object()
-        self._map = EMPTY
+        self._map = RouteMap(0, epoch)  # nothing yet, but this epoch's
         self._result: dict[str, Any] | None = None
 
     def current(
@@ -115,8 +121,7 @@ class MapVersions:
             tasks, workers = build()
             if tasks != self._map.tasks or workers != self._map.workers:
                 self._count += 1
-                version = (self.epoch << VERSION_SHIFT) + self._count
-                self._map = RouteMap(version, self.epoch, workers, tasks)
+                self._map = RouteMap(self._count, self.epoch, workers, tasks)
                 self._result = None
         return self._map
 

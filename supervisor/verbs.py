@@ -92,8 +92,10 @@ VERBS: dict[str, Verb] = {
              args=(Arg("task", str, "only tasks whose id starts with this"), _LIMIT, _AFTER)),
         Verb("map", "the request-routing map: task -> serving owners, worker -> serve address "
              "and state (nothing when --if-newer-than is current)",
-             _view(lambda q, a, now: views.route_map(q, a.get("if_newer_than"))),
-             args=(Arg("if_newer_than", int, "the map version the caller holds", minimum=0),)),
+             _view(lambda q, a, now: views.route_map(q, a.get("if_newer_than"),
+                                                     a.get("epoch"))),
+             args=(Arg("if_newer_than", int, "the map version the caller holds", minimum=0),
+                   Arg("epoch", int, "the epoch of the map the caller holds", minimum=0))),
         Verb("events", "the change feed: what happened after a cursor (joins, timeouts, moves "
              "and why, hand-offs, task lists, HA roles, refusals)",
              _view(lambda q, a, now: views.events(q, now, a.get("after"), a.get("limit"))),

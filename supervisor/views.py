@@ -137,10 +137,13 @@ def assignments(q: Queries, prefix: str | None = None, limit: int | None = None,
     }
 
 
-def route_map(q: Queries, if_newer_than: int | None = None) -> dict[str, Any] | None:
-    """The request-routing map, or None when ``if_newer_than`` is already its version."""
+def route_map(q: Queries, if_newer_than: int | None = None,
+              epoch: int | None = None) -> dict[str, Any] | None:
+    """The request-routing map, or None when the caller already holds it: ``if_newer_than``
+    is the version it holds, ``epoch`` that map's epoch (omitted: this supervisor's)."""
     current, versions = q.route_map()
-    if if_newer_than is not None and current.version <= if_newer_than:
+    if (if_newer_than is not None and epoch in (None, current.epoch)
+            and current.version <= if_newer_than):
         return None
     return versions.result()
 

@@ -3,7 +3,7 @@ the one frozen `WorkerConfig` built from them, which every other worker module r
 
     >>> cfg = load({"supervisor": "tcp://127.0.0.1:7760", "handler": "log", "id": "w1"}, {})
     >>> cfg.report_interval, cfg.drain_timeout, cfg.stop_grace, cfg.on_lease_loss.value
-    (1.0, 30.0, 10.0, 'stop')
+    (None, 30.0, 10.0, 'stop')
 """
 
 from __future__ import annotations
@@ -25,7 +25,13 @@ from corral.common.protocol import MAX_LABELS
 from corral.common.settings import KINDS, Setting, positive, resolve
 
 DEFAULT_MAX_LOAD = 10.0
-DEFAULT_REPORT_INTERVAL = 1.0
+# Reports between changes only keep the lease: one every third of it (the supervisor answers
+# any report a quarter of a lease after its last set) renews it in time even if one answer is
+# lost, and a lost worker is found lease + margin after its last report whatever the interval.
+# Changes are reported at once. Before the first lease is known: every second.
+REPORT_FRACTION_OF_LEASE = 1 / 3
+FIRST_REPORT_INTERVAL = 1.0
+MIN_REPORT_INTERVAL, MAX_REPORT_INTERVAL = 0.1, 60.0
 DEFAULT_DRAIN_TIMEOUT = 30.0
 DEFAULT_STOP_GRACE = 10.0
 
@@ -67,7 +73,7 @@ class WorkerConfig:
     exec_template: str | None = None
     max_load: float = DEFAULT_MAX_LOAD
     journal: Path | None = None
-    report_interval: float = DEFAULT_REPORT_INTERVAL
+    report_interval: float | None = None  # None: a third of the lease (see above)
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     on_lease_loss: LeaseLoss = LeaseLoss.STOP
     stop_grace: float = DEFAULT_STOP_GRACE
@@ -223,8 +229,10 @@ SETTINGS: tuple[Setting, ...] = (
             '{task}"; {task} becomes one argument, no shell', _exec_template, metavar="CMD"),
     Setting("journal", "str", None, "append a JSON line per task start and stop to this file",
             metavar="PATH"),
-    Setting("report_interval", "seconds", DEFAULT_REPORT_INTERVAL,
-            "seconds between status reports", positive),
+    Setting("report_interval", "seconds", None,
+            "seconds between status reports when nothing changes (changes are reported at "
+            "once) [default: a third of the lease the supervisor grants, 1 s before it]",
+            positive),
     Setting("drain_timeout", "seconds", DEFAULT_DRAIN_TIMEOUT,
             "after SIGTERM, seconds to wait for tasks to be moved away before stopping them"),
     Setting("on_lease_loss", "str", LeaseLoss.STOP.value,

@@ -33,7 +33,14 @@ from corral.common.protocol import Instructions, Refusal, Status, WorkerState, m
 
 from . import events as ev
 from .assembly import Assembler
-from .config import LeaseLoss, WorkerConfig
+from .config import (
+    FIRST_REPORT_INTERVAL,
+    MAX_REPORT_INTERVAL,
+    MIN_REPORT_INTERVAL,
+    REPORT_FRACTION_OF_LEASE,
+    LeaseLoss,
+    WorkerConfig,
+)
 from .tasks import Grant, TaskState, TaskTable
 
 __all__ = ["Phase", "TaskState", "WorkerMachine"]
@@ -78,6 +85,9 @@ class WorkerMachine:
         self._seq = 0
         self._last_sent_at: float | None = None
         self._next_report = now  # the first Tick reports at once
+        # Between changes, one report per interval: the configured one, else derived from
+        # the lease the supervisor grants (see config.REPORT_FRACTION_OF_LEASE).
+        self._interval = cfg.report_interval or FIRST_REPORT_INTERVAL
         self._dirty = False
         self._drain_deadline = 0.0
         self._exit_code = ev.EXIT_OK
@@ -242,6 +252,9 @@ class WorkerMachine:
         if expires > self._lease_expires and now < expires:
             out.append(ev.LeaseExtended(expires))  # before any StartTask it allows
         self._lease_expires = max(self._lease_expires, expires)
+        if self._cfg.report_interval is None:
+            self._interval = min(max(msg.lease * REPORT_FRACTION_OF_LEASE,
+                                     MIN_REPORT_INTERVAL), MAX_REPORT_INTERVAL)
         held = now < self._lease_expires
         if held and not self._lease_held:
             out.append(ev.Log("info", "lease held", {"epoch": msg.epoch, "lease": msg.lease}))
@@ -309,7 +322,7 @@ class WorkerMachine:
     def _status(self, now: float) -> Status:
         self._seq += 1
         self._last_sent_at = now
-        self._next_report = now + self._cfg.report_interval
+        self._next_report = now + self._interval
         self._dirty = False
         return Status(
             worker=self._cfg.worker_id,

@@ -43,7 +43,7 @@ def fleet() -> tuple[Harness, ServingWorker, ServingWorker, ServingWorker]:
 def test_the_map_lists_serving_owners_and_moves_its_version_only_with_content() -> None:
     h, a, _, _ = fleet()
     m = parse(map_of(h))
-    assert m.version >> 32 == h.core.life.epoch
+    assert m.epoch == h.core.life.epoch
     assert m.workers.keys() == {"a", "b"} and m.workers["a"].serve == "tcp://a:7770"
     owners = h.owners()
     for task, ws in m.tasks.items():
@@ -86,3 +86,14 @@ def test_bad_arguments_are_one_clear_error() -> None:
         _, error, _ = verbs.call(h.core, "map", {"if_newer_than": bad}, h.now)
         assert error is not None and error.code == "bad_request"
         assert error.message == "map: if_newer_than must be an integer"
+
+
+def test_a_map_of_another_epoch_is_always_answered() -> None:
+    # A client that held a map from the previous leader (another epoch) gets the whole map,
+    # whatever the version numbers; an HA epoch (above 2**40) still fits on the wire.
+    h, _, _, _ = fleet()
+    m = parse(map_of(h))
+    assert map_of(h, if_newer_than=m.version, epoch=m.epoch) is None
+    assert parse(map_of(h, if_newer_than=10**6, epoch=m.epoch - 1)).key == m.key
+    ha = Harness(config(), dict(TASKS), epoch=(1 << 40) + 123)
+    assert parse(map_of(ha)).key == ((1 << 40) + 123, 0)  # empty, but its epoch's

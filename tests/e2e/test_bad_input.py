@@ -333,8 +333,8 @@ def test_worker_survives_100k_malformed_frames_and_counts_every_drop(
                               "--id", "w1", "--handler", "log", "--journal", str(journal),
                               "--report-interval", "0.2", "--drain-timeout", "1"])
     try:
-        sup.pump(15_000)
-        assert sup.last is not None
+        wait_until(lambda: (sup.pump(500), sup.last)[1], timeout=60,
+                   what="the worker's first report")
         sup.answer(reset=True, add=("a", "b"))
         wait_until(lambda: (sup.pump(50), sup.last and set(sup.last.running) == {"a", "b"})[1],
                    what="the worker runs a and b")

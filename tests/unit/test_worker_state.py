@@ -495,3 +495,14 @@ def test_invariants_hold_for_any_event_sequence(
         s.tick()  # reports what the last tick's own actions changed
         if s.m.phase is not Phase.EXITED:
             assert s.m.next_deadline() > s.now, "nothing left due now: the loop cannot spin"
+
+
+def test_reports_come_every_third_of_the_lease_once_one_is_granted() -> None:
+    s = Sim(replace(CFG, report_interval=None))
+    s.tick()
+    assert s.m.next_deadline() == pytest.approx(101.0)  # 1 s before any lease is known
+    s.send(add=("a",), lease=9.0)
+    s.tick()  # the change goes at once
+    assert s.m.next_deadline() == pytest.approx(100.0 + 3.0)  # then every lease / 3
+    s.at(103.0)
+    assert s.last is not None and s.last.seq == 3
