@@ -130,15 +130,18 @@ class Assigner:
         else:
             self._place(PLACED)
 
-    def gone(self, worker: str, now: float) -> int:
-        """The worker is gone (lease + margin of silence): its replicas move. Returns how many
-        it had."""
-        tasks = len(self.placement.tasks_of(worker))
-        self.handoffs.forget_worker(worker)
-        self.placement.remove_worker(worker)
-        self._place("worker gone", source=worker)
-        self._diff.workers.pop(worker, None)
-        return tasks
+    def gone(self, workers: list[str]) -> dict[str, int]:
+        """These workers are gone (lease + margin of silence): their replicas move, placed
+        once for all of them. Returns how many each had."""
+        had: dict[str, int] = {}
+        for worker in workers:
+            had[worker] = len(self.placement.tasks_of(worker))
+            self.handoffs.forget_worker(worker)
+            self.placement.remove_worker(worker)
+        self._place("worker gone", source=workers[0] if len(workers) == 1 else None)
+        for worker in workers:
+            self._diff.workers.pop(worker, None)
+        return had
 
     def drain(self, rec: WorkerRecord, now: float) -> None:
         """Make-before-break: new owners first; the worker stops a task once one reports it.

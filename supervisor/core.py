@@ -84,6 +84,7 @@ class SupervisorCore:
         self.queries = Queries(self)
         self.balanced = True  # the last rebalance pass found the criterion met
         self._curve = bool(config.authorized_keys)
+        self._resend_wait = self.reconciler.first_wait
         self.wheel.schedule_timeout(WARMUP, now + config.warmup)
 
     # -- the one entry point ------------------------------------------------------------------
@@ -124,7 +125,9 @@ class SupervisorCore:
         digest — computed from the report just decoded, which is in the CPU cache — matches
         the one kept on the record, so the report only moves the seq and the clocks. At fleet
         scale the cost of a report is cache misses on per-worker objects, not bytecode: this
-        path touches a handful, the full path dozens."""
+        path touches a handful, the full path dozens. ``applied`` is not in the digest: a
+        settled worker has applied every set with content (so later ones are renewals), and
+        each renewal would otherwise break the fast path for the next report."""
         self.counters.reports += 1
         st = ev.status
         if self._curve and ev.key_name != st.worker:
@@ -133,7 +136,7 @@ class SupervisorCore:
         if rec is not None:
             running, failures = st.running, st.failures
             digest = hash((
-                ev.identity, st.incarnation, st.state, st.max_load, st.applied, st.serve,
+                ev.identity, st.incarnation, st.state, st.max_load, st.serve,
                 st.lease_held, tuple(running.items()) if running else None,
                 tuple(failures.items()) if failures else None,
             ))
@@ -213,7 +216,7 @@ class SupervisorCore:
 
     def _joined(self, rec: WorkerRecord, now: float) -> None:
         st = rec.status
-        rec.resend_wait = self.config.report_interval
+        rec.resend_wait = self._resend_wait
         self._number_on(rec)
         self._out.append(Log("info", "worker joined", {
             "worker": rec.id, "max_load": st.max_load, "state": str(st.state),
@@ -229,7 +232,7 @@ class SupervisorCore:
 
     def _took_over(self, rec: WorkerRecord, now: float) -> None:
         """A new incarnation holds the id now (a restart, or a contender whose rival left)."""
-        rec.resend_wait = self.config.report_interval
+        rec.resend_wait = self._resend_wait
         self._number_on(rec)
         self.wheel.schedule_timeout(rec.id, now + self.config.lease + self.config.lease_margin)
         self._out.append(Log("info", "worker restarted", {
@@ -297,10 +300,13 @@ class SupervisorCore:
             # The election thread may be stuck in a request: the deadline is enforced here,
             # so a leader stops acting before etcd can give the key to anyone else.
             self._role(Role(False, error="the leader's etcd deadline passed"), now)
+        silent: list[WorkerRecord] = []
         for fired in self.wheel.expire(now):
             key = fired.key
             if type(key) is str:
-                self._timeout(key, now)
+                rec = self.registry.timeout(key, now)
+                if rec is not None:
+                    silent.append(rec)
             elif key == WARMUP:
                 self._end_warmup(now)
             elif key == QUERY:
@@ -315,21 +321,25 @@ class SupervisorCore:
                     self._want_converge(now)
             elif key[0] == FORGET:
                 self.registry.forget(key[1])
+        if silent:
+            self._timed_out(silent, now)
 
-    def _timeout(self, worker: str, now: float) -> None:
-        rec = self.registry.timeout(worker, now)
-        if rec is None:
-            return
-        silent = round(now - rec.last_received, 3)
-        tasks = self.assigner.gone(worker, now) if self.life.running else 0
-        self._out.append(Log("warning", "worker silent past lease + margin; its tasks move",
-                             {"worker": worker, "tasks": tasks, "silent_s": silent}))
-        self.feed.add("timeout", worker=worker, tasks=tasks, silent_s=silent)
-        if self.life.running:
+    def _timed_out(self, silent: list[WorkerRecord], now: float) -> None:
+        """Workers silent past lease + margin: their replicas move, placed once for all of
+        them (a rack's worth of workers timing out together is one placement, not one each)."""
+        running = self.life.running
+        moved = self.assigner.gone([r.id for r in silent]) if running else {}
+        for rec in silent:
+            tasks, quiet = moved.get(rec.id, 0), round(now - rec.last_received, 3)
+            self._out.append(Log("warning", "worker silent past lease + margin; its tasks "
+                                 "move", {"worker": rec.id, "tasks": tasks, "silent_s": quiet}))
+            self.feed.add("timeout", worker=rec.id, tasks=tasks, silent_s=quiet)
+        if running:
             self._want_converge(now)
-        if rec.contender is not None:  # a process waiting for this id takes it now
-            self.registry.accept_contender(rec, now)
-            self._took_over(rec, now)
+        for rec in silent:
+            if rec.contender is not None:  # a process waiting for this id takes it now
+                self.registry.accept_contender(rec, now)
+                self._took_over(rec, now)
 
     def _end_warmup(self, now: float) -> None:
         if self.life.end_warmup():

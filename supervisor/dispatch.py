@@ -43,6 +43,7 @@ class Dispatch:
         self._spec = spec
         self._grants: dict[str, int] = {}  # task -> grants made of it in this epoch
         self.renew_every = config.renew_every
+        self._lease = config.lease
 
     def new_epoch(self) -> None:
         """Grant numbers start over under a new (higher) epoch."""
@@ -87,7 +88,16 @@ class Dispatch:
         return adds
 
     def renew(self, rec: WorkerRecord, now: float) -> None:
-        self.send(rec, now)
+        """A bare lease renewal: `send` with nothing in it, built the short way (this is what
+        most of the supervisor's messages are)."""
+        life = self._life
+        if not life.leader:
+            return
+        rec.out_seq += 1
+        rec.last_sent_at = now
+        self._out.append(Send(rec.identity, Instructions(
+            life.epoch, rec.out_seq, rec.incarnation, self._lease, rec.last_seq,
+            rec.seen_sent_at)))
 
     def _tokens(self, rec: WorkerRecord, adds: tuple[str, ...],
                 respec: Mapping[str, None] | None) -> dict[str, int]:

@@ -26,6 +26,13 @@ class Reconciler:
     def __init__(self, config: SupervisorConfig, counters: Counters, assigner: Assigner,
                  life: Lifecycle) -> None:
         self._interval = config.report_interval
+        # A set is taken for lost only if no report shows it applied for this long (doubled per
+        # resend, capped). A worker confirms a set with content at once, so this is about a
+        # round trip through a busy supervisor's queue, not about the report interval: a third
+        # of the lease (what a worker's periodic report takes) keeps a fleet-wide burst of
+        # resets (a warm-up at 100,000 workers) from being sent twice.
+        self.first_wait = max(config.report_interval, config.lease / 3)
+        self._cap = 16 * self.first_wait
         self._counters = counters
         self._assigner = assigner
         self._life = life
@@ -34,7 +41,7 @@ class Reconciler:
         """Whether this report needs judging (cheap: the usual report needs nothing)."""
         st = rec.status
         return (st.applied < rec.expect or st.running.keys() != rec.desired.keys()
-                or rec.mismatch_since is not None or rec.resend_wait != self._interval)
+                or rec.mismatch_since is not None or rec.resend_wait != self.first_wait)
 
     def check(self, rec: WorkerRecord, now: float) -> None:
         st = rec.status
@@ -46,10 +53,10 @@ class Reconciler:
                     # Back off, so an overloaded supervisor, whose every report is late, does
                     # not answer each one with yet another set.
                     self._counters.resends += 1
-                    rec.resend_wait = min(rec.resend_wait * 2, 16 * self._interval)
+                    rec.resend_wait = min(rec.resend_wait * 2, self._cap)
                     self._assigner.reset(rec.id)
                 return
-            rec.resend_wait = self._interval
+        rec.resend_wait = self.first_wait  # everything sent was applied (or nothing was sent)
         desired = self._assigner.desired(rec.id)
         running = st.running
         if running.keys() == desired.keys():

@@ -86,7 +86,7 @@ class WorkerRecord:
         self.expect_since = 0.0
         self.mismatch_since: float | None = None
         self.got_reset = False
-        self.resend_wait = 0.0  # set by the dispatcher: a report interval, doubled per resend
+        self.resend_wait = 0.0  # the reconciler's: its first wait, doubled per resend
         self.digest = None
 
     @property

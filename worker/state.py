@@ -224,7 +224,10 @@ class WorkerMachine:
         pending = self._assembler.pending
         if pending is not None and pending <= self._applied:
             self._assembler.forget()  # superseded by what was just applied
-        self._dirty = True
+        # A set with something in it is confirmed by a report at once; a bare renewal is not
+        # (nobody waits for it, and a report per renewal would double the supervisor's load).
+        if msg.reset or msg.add or msg.remove:
+            self._dirty = True
         self._renew(msg, now, out)
         may_start = self._may_start()
         removed = set(msg.remove)  # named in both add and remove: remove wins (the safe side)
@@ -258,6 +261,7 @@ class WorkerMachine:
         held = now < self._lease_expires
         if held and not self._lease_held:
             out.append(ev.Log("info", "lease held", {"epoch": msg.epoch, "lease": msg.lease}))
+            self._dirty = True  # lease_held changes in the report
         self._lease_held = held
 
     def _on_refusal(self, msg: Refusal, out: list[ev.Action]) -> None:

@@ -147,7 +147,9 @@ def test_lost_instruction_is_reconciled() -> None:
     rows(h, "query")
     assert "b" not in w.running
     h.until(lambda: "b" in w.running, limit=5)
-    assert h.core.counters.resends >= 1
+    # Recovered by a resend, or — when a later renewal was applied first, so the set looks
+    # applied — by the correction of a running set that disagrees.
+    assert h.core.counters.resends + h.core.counters.reconciliations >= 1
 
 
 def test_running_set_that_disagrees_is_corrected() -> None:

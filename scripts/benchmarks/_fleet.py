@@ -1,0 +1,251 @@
+"""Emulated workers that behave like workers, cheaply: for scripts/bench scale.
+
+A few processes each emulate thousands of workers, `PER_SOCKET` of them behind each DEALER
+(distinct worker ids and incarnations, like the ingest benchmark's senders; not one socket each,
+which would cost the machine 100,000 connections, nor one for thousands, whose bursts would
+overflow the supervisor's per-peer send queue, which is sized for one worker). Unlike those,
+each emulated worker applies the instruction sets it is sent — resets, adds, removes, sets in
+parts — and reports what it runs with the fencing tokens it was given, so the supervisor sees a
+settled fleet and takes its
+fast path. Reports go out every ``interval`` seconds per worker, spread evenly, and at once
+after a change; an unchanged report is its last encoding with the seq patched in place.
+
+Commands from the parent (a pipe per process): ``kill WORKER`` (it falls silent right after
+its next report), ``watch TASKS`` (note when each is first added to some worker), ``traffic``
+(bytes in and out and reports so far), ``stop``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import struct
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+import zmq
+
+SEQ_MARK = (1 << 24) + 0x5A5A5A  # an encoded seq is always a msgpack uint32: patched in place
+PER_SOCKET = 25
+
+
+class _Worker:
+    __slots__ = ("applied", "buf", "id", "inc", "off", "parts", "running", "seq", "sock")
+
+    def __init__(self, wid: str, inc: int) -> None:
+        self.id, self.inc = wid, inc
+        self.running: dict[str, int] = {}
+        self.applied = (0, 0)
+        self.seq = SEQ_MARK
+        self.parts: dict[int, Any] = {}
+        self.buf = bytearray()
+        self.off = 0
+
+
+def _encode(w: _Worker) -> None:
+    from corral.common import codec
+    from corral.common.protocol import Status
+
+    st = Status(w.id, w.inc, SEQ_MARK, 1.0, 20.0, dict(w.running), applied=w.applied,
+                lease_held=True)
+    w.buf = bytearray(codec.encode(st))
+    w.off = bytes(w.buf).index(struct.pack(">BI", 0xCE, SEQ_MARK)) + 1
+
+
+def _apply(w: _Worker, msg: Any) -> bool:
+    """Apply one set (or part); True when it had content (a worker reports that at once)."""
+    if (msg.epoch, msg.seq) <= w.applied:
+        return False
+    if msg.parts > 1:
+        key = (msg.epoch, msg.seq)
+        if w.parts.get(-1) != key:
+            w.parts = {-1: key}
+        w.parts[msg.part] = msg
+        if len(w.parts) - 1 < msg.parts:
+            return False
+        parts = [w.parts[i] for i in range(msg.parts)]
+        w.parts = {}
+        add = [t for p in parts for t in p.add]
+        remove = [t for p in parts for t in p.remove]
+        tokens = {k: v for p in parts for k, v in p.tokens.items()}
+    else:
+        add, remove, tokens = list(msg.add), list(msg.remove), dict(msg.tokens)
+    w.applied = (msg.epoch, msg.seq)
+    if not (msg.reset or add or remove):
+        _encode(w)  # the next periodic report says it applied this renewal
+        return False
+    if msg.reset:
+        keep = set(add)
+        w.running = {t: tok for t, tok in w.running.items() if t in keep}
+    for t in remove:
+        w.running.pop(t, None)
+    for t in add:
+        if t not in w.running:
+            w.running[t] = tokens.get(t, 0)
+    return True
+
+
+def run(endpoint: str, index: int, first: int, count: int, interval: float,
+        ctl: Connection) -> None:
+    ctx = zmq.Context()
+    poller = zmq.Poller()
+    socks = []
+    for k in range((count + PER_SOCKET - 1) // PER_SOCKET):
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.IDENTITY, f"fleet-{index}-{k}".encode())
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SNDHWM, 10_000)
+        s.setsockopt(zmq.RCVHWM, 10_000)
+        s.connect(endpoint)
+        poller.register(s, zmq.POLLIN)
+        socks.append(s)
+    from corral.common import codec
+    from corral.common.protocol import Instructions
+
+    workers = [_Worker(worker_id(first + i), 1000 + first + i) for i in range(count)]
+    for i, w in enumerate(workers):
+        w.sock = socks[i // PER_SOCKET]
+    by_inc = {w.inc: w for w in workers}
+    for w in workers:
+        _encode(w)
+    dirty: list[_Worker] = []
+    dead: set[str] = set()
+    dying: set[str] = set()
+    last_report: dict[str, float] = {}
+    watched: dict[str, float | None] = {}
+    bytes_out = bytes_in = reports = 0
+    pack_into, decode = struct.pack_into, codec.decode
+    time.sleep(0.3)
+    start = time.monotonic()
+    sent = 0
+    while True:
+        if ctl.poll():
+            cmd, arg = ctl.recv()
+            if cmd == "stop":
+                break
+            if cmd == "kill":
+                dying.add(arg)
+            elif cmd == "watch":
+                watched = dict.fromkeys(arg)
+            elif cmd == "traffic":
+                ctl.send((bytes_in, bytes_out, reports))
+            elif cmd == "result":
+                ctl.send((dict(watched), dict(last_report)))
+        now = time.monotonic()
+        due = int((now - start) / interval * count) - sent
+        for _ in range(max(0, due)):
+            w = workers[sent % count]
+            sent += 1
+            if w.id in dead:
+                continue
+            w.seq += 1
+            pack_into(">I", w.buf, w.off, w.seq)
+            w.sock.send(w.buf)
+            bytes_in += len(w.buf)
+            reports += 1
+            if w.id in dying:
+                dying.discard(w.id)
+                dead.add(w.id)
+                last_report[w.id] = now
+        for w in dirty:  # a change is reported at once, as a worker does
+            if w.id in dead:
+                continue
+            _encode(w)
+            w.seq += 1
+            pack_into(">I", w.buf, w.off, w.seq)
+            w.sock.send(w.buf)
+            bytes_in += len(w.buf)
+            reports += 1
+        dirty = []
+        for sock, _ in poller.poll(0):
+            try:
+                while True:
+                    frame = sock.recv(zmq.NOBLOCK)
+                    bytes_out += len(frame)
+                    msg = decode(frame)
+                    if type(msg) is not Instructions:
+                        continue
+                    w2 = by_inc.get(msg.incarnation)
+                    if w2 is None or w2.id in dead:
+                        continue
+                    if watched and msg.add:
+                        for t in msg.add:
+                            if t in watched and watched[t] is None:
+                                watched[t] = time.monotonic()
+                    if _apply(w2, msg):
+                        dirty.append(w2)
+            except zmq.Again:
+                pass
+        if due <= 0 and not dirty:
+            time.sleep(0.002)
+    for s in socks:
+        s.close(0)
+    ctx.term()
+
+
+def worker_id(i: int) -> str:
+    return f"worker-{i:06d}"
+
+
+class FleetProcs:
+    """The emulating processes, and the parent's side of their pipes."""
+
+    def __init__(self, workers: int, procs: int, interval: float) -> None:
+        self.workers, self.procs, self.interval = workers, procs, interval
+        self._ps: list[Any] = []
+        self._pipes: list[Connection] = []
+        self._per = workers // procs
+
+    def start(self, endpoint: str) -> None:
+        ctx = mp.get_context("spawn")
+        for k in range(self.procs):
+            first = k * self._per
+            count = self._per if k < self.procs - 1 else self.workers - first
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=run, args=(endpoint, k, first, count, self.interval, child),
+                            daemon=True)
+            p.start()
+            self._ps.append(p)
+            self._pipes.append(parent)
+
+    def worker_id(self, i: int) -> str:
+        return worker_id(i)
+
+    def _ask(self, cmd: str, arg: Any = None) -> list[Any]:
+        for c in self._pipes:
+            c.send((cmd, arg))
+        return [c.recv() for c in self._pipes] if cmd in ("traffic", "result") else []
+
+    def traffic(self) -> tuple[int, int, int]:
+        got = self._ask("traffic")
+        return (sum(g[0] for g in got), sum(g[1] for g in got), sum(g[2] for g in got))
+
+    def kill_and_wait(self, victim: str, tasks: list[str], timeout: float) -> float:
+        """``victim`` falls silent after its next report; seconds from that report until its
+        last task was sent to another worker."""
+        self._ask("watch", tasks)
+        idx = int(victim.rsplit("-", 1)[1]) // self._per
+        self._pipes[min(idx, self.procs - 1)].send(("kill", victim))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(0.25)
+            results = self._ask("result")
+            last = max((r[1].get(victim, 0.0) for r in results), default=0.0)
+            seen: dict[str, float] = {}
+            for watched, _ in results:
+                for t, at in watched.items():
+                    if at is not None:
+                        seen[t] = min(at, seen.get(t, at))
+            if last and len(seen) == len(tasks):
+                return max(seen.values()) - last
+        raise RuntimeError(f"{victim}'s tasks were not all re-sent within {timeout:g} s")
+
+    def stop(self) -> None:
+        for c in self._pipes:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                c.send(("stop", None))
+        for p in self._ps:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
