@@ -6,9 +6,9 @@ which would cost the machine 100,000 connections, nor one for thousands, whose b
 overflow the supervisor's per-peer send queue, which is sized for one worker). Unlike those,
 each emulated worker applies the instruction sets it is sent — resets, adds, removes, sets in
 parts — and reports what it runs with the fencing tokens it was given, so the supervisor sees a
-settled fleet and takes its
-fast path. Reports go out every ``interval`` seconds per worker, spread evenly, and at once
-after a change; an unchanged report is its last encoding with the seq patched in place.
+settled fleet and takes its fast path. Reports go out every ``interval`` seconds per worker,
+spread evenly, and at once after a change; an unchanged report is its last encoding with the
+seq patched in place.
 
 Commands from the parent (a pipe per process): ``kill WORKER`` (it falls silent right after
 its next report), ``watch TASKS`` (note when each is first added to some worker), ``traffic``
