@@ -15,7 +15,8 @@ from corral.common.errors import ConfigError
 
 from . import config as config_mod
 from . import curve
-from .daemon import BindError, Daemon
+from .daemon import Daemon
+from .endpoints import BindError
 
 
 @click.group(cls=OneLineErrors, context_settings=CONTEXT)

@@ -20,17 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.common.protocol import (
-    REFUSE_DUPLICATE_ID,
-    REFUSE_UNAUTHORIZED,
-    Refusal,
-    WorkerState,
-    token_epoch,
-)
 from corral.common.timerwheel import TimerWheel
 
 from .assigner import INCLUDE, Assigner
 from .config import SupervisorConfig
+from .convergence import REBALANCE, Convergence
 from .counters import Counters
 from .dispatch import Dispatch
 from .events import (
@@ -40,29 +34,26 @@ from .events import (
     Fetch,
     Log,
     PeerGone,
-    PersistEpoch,
     Report,
     RoleChanged,
-    Send,
     Stop,
     TasksFetched,
     Tick,
 )
 from .feed import Feed
 from .ha import Role
+from .intake import Intake
 from .lifecycle import Lifecycle, Phase, RoleChange
 from .queries import Queries
 from .reconciler import Reconciler
 from .records import WorkerRecord
-from .registry import FORGET, Outcome, Registry
+from .registry import FORGET, Registry
 
 # Timer keys: a worker's timeout is keyed by its id (a str); everything else by a tuple.
 WARMUP = ("warmup",)
 QUERY = ("query",)
 QUERY_RETRY = ("query_retry",)
-REBALANCE = ("rebalance",)
 _NONE: list[Action] = []
-_SAME_PROCESS = (Outcome.REVIVED, Outcome.CHANGED, Outcome.UNCHANGED)
 
 
 class SupervisorCore:
@@ -81,10 +72,13 @@ class SupervisorCore:
         self.reconciler = Reconciler(config, self.counters, self.assigner, self.life)
         self.dispatch = Dispatch(config, self.life, self.counters, self._out,
                                  self.assigner.desired, self.assigner.spec)
+        self.converge = Convergence(self.wheel, self.assigner, self.life, self.feed,
+                                    config.report_interval)
+        self.intake = Intake(config, self.counters, self.wheel, self.life, self.registry,
+                             self.assigner, self.reconciler, self.dispatch, self.converge,
+                             self.feed, self._out, self._flush, self._end_warmup)
         self.queries = Queries(self)
-        self.balanced = True  # the last rebalance pass found the criterion met
-        self._curve = bool(config.authorized_keys)
-        self._resend_wait = self.reconciler.first_wait
+        self._report = self.intake.report
         self.wheel.schedule_timeout(WARMUP, now + config.warmup)
 
     # -- the one entry point ------------------------------------------------------------------
@@ -105,7 +99,7 @@ class SupervisorCore:
             case PeerGone(identity=identity):
                 rec = self.registry.peer_gone(identity, now)
                 if rec is not None:
-                    self._took_over(rec, now)
+                    self.intake.took_over(rec, now)
             case _:
                 raise TypeError(f"not an event: {event!r}")
         return self._flush(now)
@@ -117,181 +111,6 @@ class SupervisorCore:
         if until != float("inf") and self.life.leader:
             return until if due is None else min(due, until)
         return due
-
-    # -- reports: the hot path ----------------------------------------------------------------
-
-    def _report(self, ev: Report, now: float) -> list[Action]:
-        """Most reports come from a settled worker saying what it said last time. Their
-        digest — computed from the report just decoded, which is in the CPU cache — matches
-        the one kept on the record, so the report only moves the seq and the clocks. At fleet
-        scale the cost of a report is cache misses on per-worker objects, not bytecode: this
-        path touches a handful, the full path dozens. ``applied`` is not in the digest: a
-        settled worker has applied every set with content (so later ones are renewals), and
-        each renewal would otherwise break the fast path for the next report."""
-        self.counters.reports += 1
-        st = ev.status
-        if self._curve and ev.key_name != st.worker:
-            return self._unauthorized(ev)
-        rec = self.registry.records.get(st.worker)
-        if rec is not None:
-            running, failures = st.running, st.failures
-            digest = hash((
-                ev.identity, st.incarnation, st.state, st.max_load, st.serve,
-                st.lease_held, tuple(running.items()) if running else None,
-                tuple(failures.items()) if failures else None,
-            ))
-            if digest == rec.digest:
-                if st.seq <= rec.last_seq:
-                    self.counters.stale_reports += 1
-                    return _NONE
-                rec.last_seq = st.seq
-                rec.seen_sent_at = st.sent_at
-                rec.last_received = now
-                if now - rec.last_sent_at >= self.dispatch.renew_every:
-                    self.dispatch.renew(rec, now)
-                    return self._take_out()
-                return _NONE
-        else:
-            digest = None
-        self.feed.at(now)
-        self._full_report(ev, now, digest)
-        return self._flush(now)
-
-    def _full_report(self, ev: Report, now: float, digest: int | None) -> None:
-        st = ev.status
-        outcome, rec = self.registry.classify(ev.identity, st, now)
-        if outcome is Outcome.STALE or outcome is Outcome.IMPOSTOR:
-            return
-        rec.digest = None
-        running = self.life.running
-        if outcome is Outcome.REFUSED:
-            self._refuse(ev.identity, st.incarnation, REFUSE_DUPLICATE_ID,
-                         rec.conflict or "this worker incarnation was refused")
-            return
-        if outcome is Outcome.WAITING:
-            # Is the id's holder still connected? A send to a gone peer comes back as PeerGone.
-            if self.registry.probe_due(rec, now, self.config.report_interval / 2):
-                self.dispatch.renew(rec, now)
-            self.feed.add("contested", worker=rec.id, incarnation=f"{st.incarnation:x}")
-            return
-        if outcome in _SAME_PROCESS and rec.contender is not None:
-            # The live holder spoke while a contender waited: that is a second live process
-            # with its id, refused for good.
-            identity, inc, why = self.registry.refuse_contender(rec)
-            self._out.append(Log("error", "duplicate worker id", {"worker": rec.id,
-                                 "refused": f"{inc:x}", "kept": f"{rec.incarnation:x}"}))
-            self.feed.add("refused", worker=rec.id, reason=why)
-            self._refuse(identity, inc, REFUSE_DUPLICATE_ID, why)
-        if outcome is Outcome.JOINED:
-            self._joined(rec, now)
-        elif outcome is Outcome.RESTARTED:
-            self._took_over(rec, now)
-        elif outcome is Outcome.REVIVED:
-            self.feed.add("revive", worker=rec.id)
-            self._out.append(Log("info", "worker is back", {"worker": rec.id,
-                                                            "running": len(st.running)}))
-            self._notice_epochs(rec)
-            self._up(rec, now)
-        elif outcome is Outcome.CHANGED and running:
-            self.feed.add("state", worker=rec.id, state=str(st.state), max_load=st.max_load)
-            self.assigner.update_mode(rec, now)
-            self._want_converge(now)
-        if not running:
-            if self.dispatch.renewal_due(rec, now) and not self.assigner.pending_change:
-                self.dispatch.renew(rec, now)
-            return
-        if st.failures:
-            self.assigner.check_failures(rec, now)
-        in_flight = bool(self.assigner.handoffs)
-        if in_flight and self.assigner.confirm(rec):
-            self._want_converge(now)  # tasks pinned by their hand-off may move now
-        if (rec.drained or st.state is WorkerState.LAME_DUCK) and rec.desired:
-            self.assigner.drain(rec, now)  # tasks that waited for another hand-off to end
-        if in_flight or self.reconciler.needed(rec):
-            self.reconciler.check(rec, now)
-        elif rec.active and digest is not None and not self.assigner.pending_change:
-            rec.digest = digest  # settled: the same report next time takes the fast path
-        if not self.assigner.pending_change and self.dispatch.renewal_due(rec, now):
-            self.dispatch.renew(rec, now)
-
-    def _joined(self, rec: WorkerRecord, now: float) -> None:
-        st = rec.status
-        rec.resend_wait = self._resend_wait
-        self._number_on(rec)
-        self._out.append(Log("info", "worker joined", {
-            "worker": rec.id, "max_load": st.max_load, "state": str(st.state),
-            "running": len(st.running), "zone": st.zone or None}))
-        self.feed.add("join", worker=rec.id, max_load=st.max_load, zone=st.zone)
-        self._notice_epochs(rec)
-        if self.life.phase is Phase.STOPPING:
-            return
-        self._up(rec, now)
-        expect = self.config.expect_workers
-        if self.life.phase is Phase.WARMUP and expect and self.registry.active >= expect:
-            self._end_warmup(now)
-
-    def _took_over(self, rec: WorkerRecord, now: float) -> None:
-        """A new incarnation holds the id now (a restart, or a contender whose rival left)."""
-        rec.resend_wait = self._resend_wait
-        self._number_on(rec)
-        self.wheel.schedule_timeout(rec.id, now + self.config.lease + self.config.lease_margin)
-        self._out.append(Log("info", "worker restarted", {
-            "worker": rec.id, "incarnation": f"{rec.incarnation:x}"}))
-        self.feed.add("restart", worker=rec.id, incarnation=f"{rec.incarnation:x}")
-        self._notice_epochs(rec)
-        if self.life.running and self.assigner.placement.has_worker(rec.id):
-            self.assigner.update_mode(rec, now)  # the new process runs its desired set
-            self.assigner.reset(rec.id)
-        else:
-            self._up(rec, now)
-
-    def _up(self, rec: WorkerRecord, now: float) -> None:
-        """A worker (new or back) takes part: admitted while running, renewed otherwise."""
-        if self.life.running:
-            rec.got_reset = False
-            self.assigner.admit(rec, now)
-            self._want_converge(now)
-        elif self.life.leader:
-            self.dispatch.renew(rec, now)  # its lease holds: it keeps running what it runs
-
-    def _number_on(self, rec: WorkerRecord) -> None:
-        """A worker process that already applied sets of this epoch (the live one of two
-        sharing an id, taken back after the newcomer was refused; or one forgotten and back)
-        drops any set numbered at or below what it applied: go on from there."""
-        applied = rec.status.applied
-        if applied[0] == self.life.epoch:
-            rec.out_seq = max(rec.out_seq, applied[1])
-
-    def _notice_epochs(self, rec: WorkerRecord) -> None:
-        """A lost state file must not make workers ignore us: before anything of substance
-        was said, the epoch rises above any a worker has seen."""
-        st = rec.status
-        seen = max(st.applied[0], token_epoch(max(st.running.values(), default=0)))
-        if seen < self.life.epoch or (seen == self.life.epoch and self.life.content_sent):
-            return  # ours (a worker that was away and is back), or older
-        epoch = self.life.raise_epoch(seen)
-        if epoch is not None:
-            self._out.append(PersistEpoch(epoch))
-            self._out.append(Log("warning", "epoch raised above what workers have seen",
-                                 {"epoch": epoch}))
-        elif not self.config.ha:
-            self.counters.foreign_epochs += 1
-            self._out.append(Log("error", "a worker applied a newer epoch: is another "
-                                 "supervisor running?",
-                                 {"worker": rec.id, "epoch": seen, "ours": self.life.epoch}))
-
-    def _refuse(self, identity: bytes, incarnation: int, code: str, reason: str) -> None:
-        if self.life.leader:
-            self._out.append(Send(identity, Refusal(self.life.epoch, incarnation, code, reason)))
-
-    def _unauthorized(self, ev: Report) -> list[Action]:
-        """Curve: a report under an id its key does not name is counted and refused."""
-        self.counters.unauthorized_reports += 1
-        name = ev.key_name
-        reason = (f"this worker's key is authorised as {name!r}, not as {ev.status.worker!r}"
-                  if name else "this worker's key is not authorised")
-        self._refuse(ev.identity, ev.status.incarnation, REFUSE_UNAUTHORIZED, reason)
-        return self._take_out()
 
     # -- time ---------------------------------------------------------------------------------
 
@@ -314,11 +133,11 @@ class SupervisorCore:
             elif key == QUERY_RETRY:
                 self._out.append(Fetch(reset=True))
             elif key == REBALANCE:
-                self._converge(now)
+                self.converge.run(now)
             elif key[0] == INCLUDE:
                 if self.life.running:
                     self.assigner.include(key[1], key[2])
-                    self._want_converge(now)
+                    self.converge.want(now)
             elif key[0] == FORGET:
                 self.registry.forget(key[1])
         if silent:
@@ -335,11 +154,11 @@ class SupervisorCore:
                                  "move", {"worker": rec.id, "tasks": tasks, "silent_s": quiet}))
             self.feed.add("timeout", worker=rec.id, tasks=tasks, silent_s=quiet)
         if running:
-            self._want_converge(now)
+            self.converge.want(now)
         for rec in silent:
             if rec.contender is not None:  # a process waiting for this id takes it now
                 self.registry.accept_contender(rec, now)
-                self._took_over(rec, now)
+                self.intake.took_over(rec, now)
 
     def _end_warmup(self, now: float) -> None:
         if self.life.end_warmup():
@@ -348,29 +167,6 @@ class SupervisorCore:
             self._out.append(Log("info", "warm-up over; querying tasks", {
                 "workers": self.registry.active,
                 "after_s": round(now - self.life.started_at, 3)}))
-
-    # -- convergence --------------------------------------------------------------------------
-
-    def _want_converge(self, now: float) -> None:
-        """Something may have unbalanced the placement: passes follow until it is balanced.
-        Events come in bursts (a fleet starting), so the first pass waits a report interval
-        and covers them all, instead of an O(fleet) pass per report."""
-        self.balanced = False
-        if REBALANCE not in self.wheel:
-            self.wheel.schedule_timeout(REBALANCE, now + self.config.report_interval)
-
-    def _converge(self, now: float) -> None:
-        if not self.life.running:
-            return
-        started, balanced = self.assigner.rebalance()
-        if started:
-            self.feed.add("rebalance", moves=started)
-        # Passes go on until one finds the criterion met. (Tasks pinned by a hand-off could
-        # not move: when a hand-off ends, the core asks for another pass.)
-        if not balanced or started:
-            self.wheel.schedule_timeout(REBALANCE, now + self.config.report_interval)
-        else:
-            self.balanced = True
 
     # -- task lists, commands, roles ----------------------------------------------------------
 
@@ -396,7 +192,7 @@ class SupervisorCore:
                 "epoch": life.epoch, "tasks": len(tasks), "workers": self.registry.active,
                 "pending": len(self.assigner.placement.pending())}))
             self.feed.add("running", tasks=len(tasks), workers=self.registry.active)
-            self._want_converge(now)
+            self.converge.want(now)
         elif life.running:
             added, removed, respec = self.assigner.apply(tasks)
             if added or removed or respec:
@@ -405,7 +201,7 @@ class SupervisorCore:
                     "tasks": len(tasks)}))
                 self.feed.add("tasks", added=added, removed=removed, respecified=respec,
                               total=len(tasks))
-                self._want_converge(now)
+                self.converge.want(now)
 
     def _command(self, cmd: Command, now: float) -> None:
         """Control verbs that change state (the read-only ones are in views.py). Raises
@@ -421,7 +217,7 @@ class SupervisorCore:
             self.feed.add(cmd.verb, worker=rec.id)
             if rec.active and self.life.running:
                 self.assigner.update_mode(rec, now)
-                self._want_converge(now)
+                self.converge.want(now)
         elif cmd.verb == "query":
             self._out.append(Fetch(reset=self.life.phase is Phase.QUERYING))
         elif cmd.verb == "shutdown":
@@ -445,8 +241,9 @@ class SupervisorCore:
                 self._end_warmup(now)
         elif change is RoleChange.DEMOTED:
             self.assigner.clear()
-            for key in (QUERY, QUERY_RETRY, REBALANCE):
+            for key in (QUERY, QUERY_RETRY):
                 self.wheel.cancel(key)
+            self.converge.stop()
             for rec in self.registry:
                 rec.desired, rec.digest = {}, None
             self._out.append(Log("warning", "no longer the leader; standing by",

@@ -19,9 +19,7 @@ Lifecycle of the daemon object (not the core's phases)::
 
 from __future__ import annotations
 
-import contextlib
 import signal
-import socket
 import time
 from collections import deque
 from collections.abc import Callable
@@ -39,10 +37,11 @@ from corral.common.protocol import (
     Status,
 )
 
-from . import curve, epochs, metrics, verbs
+from . import epochs, metrics, verbs
 from .config import SupervisorConfig
 from .core import SupervisorCore
 from .counters import IoCounters
+from .endpoints import Endpoints
 from .events import (
     Action,
     Event,
@@ -74,12 +73,7 @@ MAX_TIMER_DELAY = 1.0  # timers wait at most this long for a backlog of reports 
 # latency is free; it cut the CPU at 10,000 workers x 1 Hz from 0.37 to 0.29 of a core
 # (measured), and at fleet scale every wake-up then handles hundreds of reports.
 COALESCE_S = 0.01
-SEND_HWM = 64  # instruction sets queued per worker; beyond that the worker is "slow"
 _TICK = Tick()
-
-
-class BindError(RuntimeError):
-    pass
 
 
 class Daemon:
@@ -102,17 +96,10 @@ class Daemon:
         self._stopping = False
         self._closed = False
         self.exit_code = 0
-        self.ctx: zmq.Context[Any] = zmq.Context()
-        self._sockets: list[zmq.Socket[Any]] = []
-        self.guard: curve.Guard | None = None
-        self.key_names: dict[str, str] | None = None
-        self._wake_r, self._wake_w = socket.socketpair()
         self.election: Election | None = None
-        try:
-            self._open_sockets()
-        except BaseException:
-            self.close()
-            raise
+        self.endpoints = Endpoints(config)  # bound, or BindError / ConfigError
+        self.router, self.control = self.endpoints.router, self.endpoints.control
+        self.key_names = self.endpoints.key_names
         self.fetcher = Fetcher(self.source, config.source_timeout, self.wake, self.log)
         self.core.queries.attach(self.fetcher.counters)
         self.collector = (metrics.serve(self.core.queries, config.metrics)
@@ -122,47 +109,12 @@ class Daemon:
         self.poller.register(self.router, zmq.POLLIN)
         self.poller.register(self.control, zmq.POLLIN)
         # A plain socket comes back from poll() as its file descriptor, not as the object.
-        self._wake_fd = self._wake_r.fileno()
+        self._wake_fd = self.endpoints.wake_r.fileno()
         self.poller.register(self._wake_fd, zmq.POLLIN)
-
-    def _open_sockets(self) -> None:
-        cfg = self.config
-        for s in (self._wake_r, self._wake_w):
-            s.setblocking(False)
-        self.router = self._socket(zmq.ROUTER)
-        if cfg.curve_secret_key:
-            self.guard = curve.Guard(self.ctx, cfg.curve_secret_key)
-            self.key_names = self.guard.protect(self.router, "workers", cfg.authorized_keys,
-                                                "authorized_keys")
-        self._bind(self.router, cfg.bind)
-        self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
-        self.control = self._socket(zmq.ROUTER)
-        # A reply to a client that left or does not read raises instead of vanishing, so it
-        # can be counted.
-        self.control.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        if cfg.control_keys and self.guard is not None:
-            self.guard.protect(self.control, "control", cfg.control_keys, "control_keys")
-        self._bind(self.control, cfg.control)
-
-    def _socket(self, kind: int) -> zmq.Socket[Any]:
-        s: zmq.Socket[Any] = self.ctx.socket(kind)
-        self._sockets.append(s)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.MAXMSGSIZE, codec.MAX_FRAME_BYTES + 1024)
-        s.setsockopt(zmq.SNDHWM, SEND_HWM)
-        return s
-
-    def _bind(self, s: zmq.Socket[Any], endpoint: str) -> None:
-        try:
-            s.bind(endpoint)
-        except zmq.ZMQError as exc:
-            raise BindError(f"cannot bind {endpoint}: {exc.strerror}") from None
 
     def wake(self) -> None:
         """Wake the loop's poll (from any thread)."""
-        with contextlib.suppress(BlockingIOError, OSError):
-            self._wake_w.send(b"\0")
+        self.endpoints.wake()
 
     # -- running -------------------------------------------------------------------------------
 
@@ -171,7 +123,8 @@ class Daemon:
         old_handlers: dict[int, Any] = {}
         old_wakeup = -1
         try:
-            old_wakeup = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+            old_wakeup = signal.set_wakeup_fd(self.endpoints.wakeup_fd(),
+                                              warn_on_full_buffer=False)
             for signum in verbs.SIGNALS:
                 old_handlers[signum] = signal.signal(signum, self._on_signal)
             if self.config.ha:
@@ -235,9 +188,7 @@ class Daemon:
         if self.control in ready:
             self._drain_control(now)
         if self._wake_fd in ready:
-            with contextlib.suppress(BlockingIOError):
-                while self._wake_r.recv(4096):
-                    pass
+            self.endpoints.drain_wake()
         core = self.core
         while self._signals:
             verb, args = verbs.SIGNALS[self._signals.popleft()]
@@ -401,15 +352,6 @@ class Daemon:
         if self.election is not None:
             self.election.stop()
             self.election = None
-        fetcher = getattr(self, "fetcher", None)  # absent when binding failed
-        if fetcher is not None and not fetcher.stop():
+        if not self.fetcher.stop():
             self.log.warning("a task query did not end in time; its thread is left behind")
-        for s in self._sockets:
-            s.close(linger=0)
-        self._sockets.clear()
-        if self.guard is not None:
-            self.guard.stop()
-            self.guard = None
-        self.ctx.term()
-        self._wake_r.close()
-        self._wake_w.close()
+        self.endpoints.close()

@@ -108,7 +108,7 @@ class Queries:
             "strategy": p.strategy,
             "handoffs": len(a.handoffs),
             "version": p.version,
-            "balanced": core.balanced,
+            "balanced": core.converge.balanced,
             "rebalance_moves": core.counters.rebalance_moves,
         }
 

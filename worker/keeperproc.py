@@ -15,9 +15,13 @@ It watches each leader through a pidfd (readable when the process ends, reaped o
     lease lapsed (POLICY stop)  SIGTERM to every group it has not signalled yet, SIGKILL to the
                                 group GRACE seconds later; again for any group that registers
                                 after the deadline. Renewals move the deadline on.
-    a leader ended              if the keeper had signalled its group: SIGKILL to what is
-                                left of it, and a journal stop line (``"by": "keeper"``) with
-                                the time it ended; else the agent sees to it
+    a leader ended              SIGKILL to what is left of its group (what the agent does too
+                                when a task's leader ends), and, if the keeper had signalled
+                                it, a journal stop line (``"by": "keeper"``) with the time it
+                                ended; else the agent writes that — unless the agent turns
+                                out to be dead (its EOF comes within `ORPHAN_WAIT`: a leader's
+                                PDEATHSIG comes when the agent's *thread* that started it
+                                ends, which may be before the agent's sockets close)
     the agent's end closed      (the agent died, or closed it on the way out) SIGKILL to every
                                 group, stop lines for those, exit 0 once all have ended (at
                                 most `LAST_WAIT` seconds)
@@ -43,6 +47,8 @@ import time
 from _json import encode_basestring_ascii as _quote
 
 LAST_WAIT = 5.0  # after the agent is gone: how long to wait for the killed leaders to end
+ORPHAN_WAIT = 2.0  # a leader that ended unsignalled is the keeper's to record if the agent
+#                    turns out to be dead within this long
 READ_SIZE = 4096
 
 
@@ -65,6 +71,8 @@ class Keeper:
         self.poll = select.poll()
         self.poll.register(fd, select.POLLIN)
         self.agent_gone = False
+        # Leaders that ended on their own while the agent seemed alive: (task, end time).
+        self.unsignalled: list[tuple[str, float]] = []
 
     def run(self) -> int:
         closing_until: float | None = None
@@ -88,6 +96,11 @@ class Keeper:
                 self.poll.unregister(self.fd)
                 for g in self.groups.values():
                     self.signal(g, signal.SIGKILL)
+                for task, t in self.unsignalled:  # they died with the agent after all
+                    if now - t <= ORPHAN_WAIT:
+                        self.record(task, t)
+            self.unsignalled = [(task, t) for task, t in self.unsignalled
+                                if now - t <= ORPHAN_WAIT]
             self.enforce(now)
 
     def next_due(self, now: float) -> float:
@@ -143,12 +156,19 @@ class Keeper:
         g = self.groups.pop(pidfd, None)
         self.poll.unregister(pidfd)
         os.close(pidfd)
-        if g is None or not (g.signalled or self.agent_gone):
+        if g is None:
             return
         t = time.monotonic()
-        _killpg(g.pid, signal.SIGKILL)
+        _killpg(g.pid, signal.SIGKILL)  # no member outlives its leader, whoever else is alive
+        if g.signalled or self.agent_gone:
+            self.record(g.task, t)
+        else:
+            self.unsignalled.append((g.task, t))
+
+    def record(self, task: str, t: float) -> None:
+        """A journal stop line for a task the keeper saw end."""
         if self.journal:
-            line = (f'{{"t":{t!r},"event":"stop","task":{_quote(g.task)},'
+            line = (f'{{"t":{t!r},"event":"stop","task":{_quote(task)},'
                     f'"worker":{_quote(self.worker)},"by":"keeper","deadline":{self.deadline!r}}}\n')
             fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
