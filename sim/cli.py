@@ -14,16 +14,16 @@ from typing import Any, TypeVar
 import click
 
 from corral.cli.usage import CONTEXT, OneLineErrors
-from corral.common.sim.fleet import FleetConfig
-from corral.common.sim.histogram import (
+from corral.common.subsetting import ALGORITHMS, DEFAULT_LOT_SIZE
+from corral.sim.fleet import FleetConfig
+from corral.sim.histogram import (
     PlotUnavailable,
     plot_bars,
     require_matplotlib,
     text_histogram,
 )
-from corral.common.sim.policies_sim import POLICIES, PolicyResult, RunConfig, simulate_policies
-from corral.common.sim.subsetting_sim import SubsettingResult, simulate_subsetting
-from corral.common.subsetting import ALGORITHMS, DEFAULT_LOT_SIZE
+from corral.sim.policies_sim import POLICIES, PolicyResult, RunConfig, simulate_policies
+from corral.sim.subsetting_sim import SubsettingResult, simulate_subsetting
 
 OUTPUT = click.option(
     "-o",
