@@ -5,8 +5,9 @@ the request as started) plus `release()` of a request picked 2n picks earlier, s
 two requests per backend are in flight and the load-aware pickers (llrr, p2c) move backends
 between load levels as they would in use. The loop's own bookkeeping (the same loop without
 the two calls) is subtracted; the calls themselves are counted. wrr runs with random weights
-in [1, 3]. Each figure is the median of --repeat runs (machines are noisy: compare within a
-run, not across runs).
+in [1, 3]. Each figure is the median of --repeat runs; the runs of the pickers and sizes are
+interleaved, so that a burst of load from elsewhere on the machine falls on all of them alike
+(machines are noisy: compare within a run, not across runs).
 
 The text report adds, for reference, the cost of a whole `Balancer.acquire` + `release` (the
 picker plus health, flow control, error expiry, statistics) at 100 backends.
@@ -24,7 +25,7 @@ from typing import Protocol
 from corral.common.balancer import Balancer, BalancerConfig
 from corral.common.pickers import make_picker
 
-PICKERS = ("rr", "llrr", "wrr", "p2c", "random")
+PICKERS = ("rr", "llrr", "llrr-naive", "wrr", "p2c", "random")
 SIZES = (10, 100, 1000)
 
 
@@ -63,16 +64,23 @@ def _loop(picker: _Pickish, n: int, picks: int) -> float:
     return time.perf_counter() - start
 
 
-def ns_per_pick(name: str, n: int, picks: int, repeat: int) -> float:
-    runs = []
+def ns_per_pick(name: str, n: int, picks: int, r: int) -> float:
+    """One run: nanoseconds per pick + release of picker ``name`` over ``n`` slots."""
+    picker = make_picker(name, n, random.Random(r))
+    if name == "wrr":
+        weights = random.Random(1000 + r)
+        picker.set_weights([1 + 2 * weights.random() for _ in range(n)])
+    spent = _loop(picker, n, picks) - _bare_loop(n, picks)
+    return 1e9 * spent / picks
+
+
+def table(picks: int, repeat: int) -> dict[str, dict[str, int]]:
+    """The median of ``repeat`` runs per picker and size, the runs interleaved."""
+    runs: dict[tuple[str, int], list[float]] = {(p, n): [] for p in PICKERS for n in SIZES}
     for r in range(repeat):
-        picker = make_picker(name, n, random.Random(r))
-        if name == "wrr":
-            weights = random.Random(1000 + r)
-            picker.set_weights([1 + 2 * weights.random() for _ in range(n)])
-        spent = _loop(picker, n, picks) - _bare_loop(n, picks)
-        runs.append(1e9 * spent / picks)
-    return statistics.median(runs)
+        for name, n in runs:
+            runs[name, n].append(ns_per_pick(name, n, picks, r))
+    return {p: {str(n): round(statistics.median(runs[p, n])) for n in SIZES} for p in PICKERS}
 
 
 def balancer_ns(picker: str, picks: int, repeat: int) -> float:
@@ -99,22 +107,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7, help="runs per figure; the median is kept")
     ap.add_argument("--picks", type=int, default=100_000, help="picks per run")
     args = ap.parse_args()
-    table = {
-        name: {str(n): round(ns_per_pick(name, n, args.picks, args.repeat)) for n in SIZES}
-        for name in PICKERS
-    }
+    medians = table(args.picks, args.repeat)
     if args.output == "json":
-        print(json.dumps({"ns_per_pick": table}))
+        print(json.dumps({"ns_per_pick": medians}))
         return
     print("ns per pick (pick + release calls, steady state; median of "
           f"{args.repeat} runs of {args.picks} picks)\n")  # fmt: skip
-    print(f"{'picker':<8}" + "".join(f"{n:>10}" for n in SIZES))
-    for name, row in table.items():
-        print(f"{name:<8}" + "".join(f"{row[str(n)]:>10}" for n in SIZES))
+    print(f"{'picker':<12}" + "".join(f"{n:>10}" for n in SIZES))
+    for name, row in medians.items():
+        print(f"{name:<12}" + "".join(f"{row[str(n)]:>10}" for n in SIZES))
     picks = args.picks // 4
     print("\nwhole Balancer.acquire + release at 100 backends, ns:")
     for name in ("rr", "llrr", "wrr"):
-        print(f"{name:<8}{balancer_ns(name, picks, args.repeat):>10.0f}")
+        print(f"{name:<12}{balancer_ns(name, picks, args.repeat):>10.0f}")
 
 
 if __name__ == "__main__":
