@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from corral.common.subsetting import ALGORITHMS, assign, churn, connection_counts, ideal_churn
+from corral.sim.subsetting_sim import simulate_repeated_resize
 
 CLIENTS = 300
 RESIZES = ((300, 301), (10, 11))
@@ -47,17 +48,9 @@ def measure(algorithm: str, before: int, after: int, k: int) -> dict[str, float]
 
 def repeated_resize(algorithm: str) -> dict[str, float]:
     start, end, k = REPEATED
-    before = assign(algorithm, names(start), range(CLIENTS), k)
-    counts = connection_counts(before, names(start)).values()
-    mean = sum(counts) / len(counts)
-    total = minimum = 0.0
-    for size in range(start + 1, end + 1):
-        after = assign(algorithm, names(size), range(CLIENTS), k)
-        total += churn(before, after)
-        minimum += ideal_churn(size - 1, size)
-        before = after
-    return {"churn": total, "minimum": minimum, "churn_over_minimum": total / minimum,
-            "min_over_mean": min(counts) / mean, "max_over_mean": max(counts) / mean}
+    r = simulate_repeated_resize(algorithm, algorithm, None, CLIENTS, start, k, end - start)
+    return {"churn": r.churn, "minimum": r.minimum, "churn_over_minimum": r.churn / r.minimum,
+            "min_over_mean": r.min_over_mean, "max_over_mean": r.max_over_mean}
 
 
 def main() -> None:
