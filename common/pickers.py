@@ -85,10 +85,14 @@ class RandomPick(Picker):
         self._detours += not n  # no slot: nothing to draw from
 
     def pick(self) -> int:
-        if self._detours:
-            return self._random_eligible()
         # 64 random bits modulo n: uniform to within n / 2**64, and cheaper than int(random()).
-        i = self._bits(64) % self.n
+        if self._detours:  # some slot is ineligible (or there is none): draw once, then list
+            n = self.n
+            i = self._bits(64) % n if n else -1
+            if i < 0 or not self.eligible[i]:
+                return self._random_eligible()
+        else:
+            i = self._bits(64) % self.n
         self.active[i] += 1
         return i
 
