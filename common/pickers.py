@@ -100,7 +100,11 @@ class RandomPick(Picker):
 class PowerOfTwo(Picker):
     """Two distinct random slots; the one with less load (active + recent errors) wins, the
     first drawn on a tie. So it never picks the more loaded of its two, and with two slots it
-    always picks the less loaded one."""
+    always picks the less loaded one.
+
+    The usual case — every slot eligible, no recent error anywhere — has a short path: one
+    draw, one comparison of requests in flight. An ineligible slot or a recent error (each
+    counted in ``_detours`` as it comes and goes) sends picks down the general path."""
 
     name = "p2c"
 
@@ -108,6 +112,14 @@ class PowerOfTwo(Picker):
         super().__init__(n, rng)
         self._others = n - 1
         self._detours += n < 2  # one slot or none: no two to compare
+
+    def add_error(self, i: int) -> None:
+        self.errors[i] += 1
+        self._detours += 1
+
+    def drop_error(self, i: int) -> None:
+        self.errors[i] -= 1
+        self._detours -= 1
 
     def pick(self) -> int:
         if self._detours:
@@ -119,15 +131,15 @@ class PowerOfTwo(Picker):
         b = (r >> 32) % self._others
         if b >= a:
             b += 1
-        active, errors = self.active, self.errors
-        if active[b] + errors[b] < active[a] + errors[a]:
+        active = self.active
+        if active[b] < active[a]:  # no errors anywhere: the load is what is in flight
             a = b
         active[a] += 1
         return a
 
     def _pick_among_eligible(self) -> int:
-        """The same when some slots are ineligible: the two are drawn among the eligible ones
-        (by rejection while most are eligible, else from a list of them)."""
+        """The general path: the two are drawn among the eligible slots (by rejection while
+        most are eligible, else from a list of them) and their errors count as load."""
         n, eligible = self.n, self.eligible
         for _ in range(4 if n >= 2 else 0):
             x = self._draw() * n
@@ -200,9 +212,10 @@ class WeightedRoundRobin(Picker):
 
     def pick(self) -> int:
         heap = self._heap
-        if not heap:
+        try:
+            top = heap[0]  # written out: this is the path of nearly every pick
+        except IndexError:  # no slots
             return -1
-        top = heap[0]  # written out: this is the path of nearly every pick
         i = top & self._mask
         _heapreplace(heap, top + self._step[i])
         if self.eligible[i]:
