@@ -85,14 +85,15 @@ class RandomPick(Picker):
         self._detours += not n  # no slot: nothing to draw from
 
     def pick(self) -> int:
-        # 64 random bits modulo n: uniform to within n / 2**64, and cheaper than int(random()).
+        # 30 random bits modulo n: uniform to within n / 2**30, and cheaper than
+        # int(random() * n) (30 bits fit one digit of a Python int).
         if self._detours:  # some slot is ineligible (or there is none): draw once, then list
             n = self.n
-            i = self._bits(64) % n if n else -1
+            i = self._bits(30) % n if n else -1
             if i < 0 or not self.eligible[i]:
                 return self._random_eligible()
         else:
-            i = self._bits(64) % self.n
+            i = self._bits(30) % self.n
         self.active[i] += 1
         return i
 
@@ -124,11 +125,12 @@ class PowerOfTwo(Picker):
     def pick(self) -> int:
         if self._detours:
             return self._pick_among_eligible()
-        # Both slots from one 64-bit draw: a from all of it, b from its high half among the
-        # n - 1 others (each uniform, and independent of the other, to within n / 2**32).
-        r = self._bits(64)
-        a = r % self.n
-        b = (r >> 32) % self._others
+        # 30 random bits modulo n: uniform to within n / 2**30, and cheaper than
+        # int(random() * n) (30 bits fit one digit of a Python int). b is among the n - 1
+        # others.
+        bits = self._bits
+        a = bits(30) % self.n
+        b = bits(30) % self._others
         if b >= a:
             b += 1
         active = self.active
