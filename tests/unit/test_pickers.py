@@ -241,6 +241,15 @@ def test_power_of_two_never_takes_the_more_loaded_of_its_two(
         p.release(got)
 
 
+def test_least_loaded_serves_every_slot_once_per_level_in_a_burst() -> None:
+    """Picks with no releases: the least load runs out every n picks, and each time every slot
+    is queued at the next level, so each gets one pick per level."""
+    p = make_picker("llrr", 5, random.Random(0))
+    rounds = [[p.pick() for _ in range(5)] for _ in range(4)]
+    assert all(sorted(r) == [0, 1, 2, 3, 4] for r in rounds)
+    assert p.active == [4] * 5
+
+
 @pytest.mark.parametrize("errors_at_a_high_level", [True, False])
 def test_least_loaded_keeps_its_queues_bounded(errors_at_a_high_level: bool) -> None:
     """Stale entries are left at levels that no pick may reach for a long time: a slot that
