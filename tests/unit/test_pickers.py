@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import random
 from collections import Counter
 
@@ -10,13 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.common import least_loaded, pickers
 from corral.common.pickers import PICKERS, LeastLoaded, make_picker
-
-
-def test_doctests() -> None:
-    assert doctest.testmod(pickers).failed == 0
-    assert doctest.testmod(least_loaded).failed == 0
 
 
 @pytest.mark.parametrize("name", sorted(PICKERS))
