@@ -148,7 +148,8 @@ class Router:
         self.served_by: Counter[str] = Counter()
         self.counters: dict[str, int] = dict.fromkeys(
             ("calls", "ok", "remote_errors", "timeouts", "not_owner", "retries", "refreshes",
-             "refresh_failures", "send_failures", "late_replies", "bad_replies"), 0)
+             "refresh_failures", "send_failures", "late_replies", "bad_replies",
+             "bad_reports"), 0)
 
     # -- the API ---------------------------------------------------------------------------
 
@@ -309,7 +310,10 @@ class Router:
 
     def _finish(self, p: _Pending, reply: Reply, now: float) -> None:
         report = LoadReport(reply.qps, reply.utilization, reply.errors)
-        self._release(p, now, reply.code != REPLY_ERROR, report)
+        usable = report.checked()  # wire-valid is not enough: no real load looks like 1e15 qps
+        if usable is not report:
+            self.counters["bad_reports"] += 1  # ignored, or its noise-sized values zeroed
+        self._release(p, now, reply.code != REPLY_ERROR, usable)
         self.served_by[p.worker] += 1
         self._health.replied(p.worker, report, reply.lame_duck)
 

@@ -20,10 +20,19 @@ explicit form, with times it passes in::
 The balancer never reads a clock itself: `pick` calls the ``clock`` given to it, and
 `acquire` / `release` take ``now``. Randomness comes from ``random.Random(config.seed ^ client)``
 unless an ``rng`` is passed in.
+
+Whatever it is given — backend lists with duplicates or none at all, any load report, any
+time — `acquire` returns a backend of the subset that may take the request (see
+`corral.common.backends`) or raises `NoBackendAvailable`, nothing else. Duplicate backend
+names count once (``counters["duplicate_backends"]``); a time that is not a finite number, or
+earlier than the latest one seen, is replaced by the latest one (``counters["bad_times"]`` for
+the former), so a bad clock reading cannot stall the weights or the error window; bad load
+reports are the weight tracker's to judge (`corral.common.weights`).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -34,6 +43,9 @@ from corral.common.errors import CorralError
 from corral.common.pickers import PICKERS, make_picker
 from corral.common.subsetting import ALGORITHMS, DEFAULT_LOT_SIZE, LOW_CHURN, subset
 from corral.common.weights import LoadReport, WeightConfig, WeightTracker
+
+# Below any real time, so that the first one passes `_now <= now`; NaN and -inf fail it.
+_NO_TIME = -1e308
 
 
 class NoBackendAvailable(CorralError):
@@ -105,7 +117,10 @@ class Balancer:
         self._clock = clock
         self._rng = rng or random.Random(config.seed ^ (client * 0x9E3779B1))
         self._generation = 0
-        self._next_weights = float("-inf")
+        self._wrr = config.picker == "wrr"
+        self._next_weights = -math.inf
+        self._now = _NO_TIME  # the latest time seen: times never go back
+        self._counters = dict.fromkeys(("duplicate_backends", "bad_times"), 0)
         self._stats: dict[str, BackendStats] = {}
         self._weights = WeightTracker(config.weights)
         self._table = self._new_table(self._subset_of(backends), {}, [], {})
@@ -118,8 +133,11 @@ class Balancer:
         return list(self._table.names)
 
     def _subset_of(self, backends: Iterable[str]) -> list[str]:
+        listed = list(backends)
+        names = set(listed)
+        self._counters["duplicate_backends"] += len(listed) - len(names)
         c = self.config
-        return subset(c.subsetting, backends, self.client, c.subset_size, c.seed, c.lot_size)
+        return subset(c.subsetting, names, self.client, c.subset_size, c.seed, c.lot_size)
 
     def set_backends(self, backends: Iterable[str]) -> None:
         """The service's backends changed: recompute the subset. Backends that stay keep their
@@ -158,10 +176,16 @@ class Balancer:
     # -- what the client learns ----------------------------------------------------------
 
     def handle(self, backend: str, event: BackendEvent) -> BackendState | None:
-        """A health event for ``backend``; ignored (None) if it is not in the subset."""
-        if backend not in self._table.slot:
+        """A health event for ``backend``; ignored (None) if it is not in the subset. A backend
+        that was refusing connections and takes them again starts its weight over."""
+        table = self._table
+        if backend not in table.slot:
             return None
-        return self._table.handle(backend, event)
+        was = table.state(backend)
+        state = table.handle(backend, event)
+        if was is BackendState.REFUSING and state is not BackendState.REFUSING:
+            self._weights.reconnected(backend)
+        return state
 
     def state(self, backend: str) -> BackendState:
         return self._table.state(backend)
@@ -169,7 +193,14 @@ class Balancer:
     def report(self, backend: str, report: LoadReport, now: float) -> None:
         """A load report from ``backend`` (with a response or a health check)."""
         if backend in self._table.slot:
-            self._weights.report(backend, report, now)
+            self._weights.report(backend, report, self._time(now))
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Bad input seen and survived: ``duplicate_backends``, ``bad_times``, and the weight
+        tracker's (``bad_reports``, ``empty_reports``, ``clamped``; its ``bad_times`` are
+        counted here, as times are checked before they reach it)."""
+        return {**self._weights.counters, **self._counters}
 
     @property
     def panic(self) -> bool:
@@ -184,11 +215,27 @@ class Balancer:
 
     # -- requests ------------------------------------------------------------------------
 
+    def _time(self, now: float) -> float:
+        """``now``, or the latest time seen if ``now`` is earlier or not a finite number (0.0
+        if there was none)."""
+        if self._now <= now < math.inf:
+            self._now = now
+            return now
+        if not -math.inf < now < math.inf:
+            self._counters["bad_times"] += 1
+        if self._now == _NO_TIME:
+            self._now = 0.0
+        return self._now
+
     def acquire(self, now: float) -> Request:
         """Choose a backend for a new request starting at ``now``."""
+        if not self._now <= now < math.inf:  # written out: this is every request's path
+            now = self._time(now)
+        else:
+            self._now = now
         table = self._table
         table.expire(now)
-        if now >= self._next_weights and self.config.picker == "wrr":
+        if now >= self._next_weights and self._wrr:
             self._weights.adjust(table.names, now)
             table.picker.set_weights(self._weights.weights(table.names, now))
             self._next_weights = now + self.config.weights.update_period
@@ -204,6 +251,10 @@ class Balancer:
         self, request: Request, now: float, ok: bool = True, report: LoadReport | None = None
     ) -> None:
         """Request ``request`` ended at ``now``: record outcome, latency and load report."""
+        if not self._now <= now < math.inf:
+            now = self._time(now)
+        else:
+            self._now = now
         table = self._table
         if request.generation == self._generation:
             i: int | None = request.slot

@@ -1,16 +1,27 @@
 """Consistent hashing with virtual nodes and weights, and an optional bound on load.
 
-`HashRing` puts ``round(vnodes × weight)`` points per node on a 64-bit ring (blake2b, so the
-ring is the same in every process); a key belongs to the node of the first point at or after
-the key's hash. Adding or removing a node of weight w moves only the keys that node gains or
-loses — about w / Σw of them — and no key moves between two other nodes. 160 points per unit
-of weight keep the spread of load to a few percent.
+`HashRing` puts points for each node on a 64-bit ring (blake2b, so the ring is the same in
+every process); a key belongs to the node of the first point at or after the key's hash. The
+lightest node gets ``vnodes`` points and every other node points in proportion to its weight
+(as Envoy's ring hash scales its ring to the smallest weight), so only the ratios of the
+weights matter. Adding or removing a node of weight w moves only the keys that node gains or
+loses — about w / Σw of them — and no key moves between two other nodes. 160 points for the
+lightest node keep the spread of load to a few percent.
+
+The ring holds at most ``max_points`` (default 2¹⁸) points, so that no weights can make it
+too big to build: when the points would pass the cap, every node's are scaled by the same
+factor to fit (rounded down, at least one each), which keeps the shares in proportion. A
+weight change that moves the lightest weight or the scale changes every node's points, and
+keys then move between other nodes too (those on the points added or dropped). Weights must be
+finite and positive; a node listed twice counts once (``duplicates`` counts the repeats).
 
 `BoundedLoad` places keys one at a time with consistent hashing with bounded loads (Mirrokni,
 Thorup and Zadimoghaddam, 2018): no node takes more than ⌈c × its fair share⌉ keys, where the
 fair share is the keys placed so far times the node's weight fraction and c > 1; a key whose
 node is full goes on clockwise to the next node with room. A small c evens load at the cost of
 more keys away from their first choice (and more movement when nodes change).
+
+Both raise `EmptyRing` (a `LookupError`) when asked to place a key on a ring with no nodes.
 
 Example::
 
@@ -29,6 +40,14 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping
 
 DEFAULT_VNODES = 160
+MAX_POINTS = 1 << 18
+
+
+class EmptyRing(LookupError):
+    """A key was looked up or placed on a ring that has no nodes."""
+
+    def __init__(self) -> None:
+        super().__init__("the hash ring has no nodes")
 
 
 def ring_hash(text: str) -> int:
@@ -37,26 +56,34 @@ def ring_hash(text: str) -> int:
 
 
 class HashRing:
-    """Nodes with weights, each holding ``round(vnodes × weight)`` (at least one) points."""
+    """Nodes with weights: ``vnodes`` points for the lightest, the others in proportion, scaled
+    down together if their total would pass ``max_points``."""
 
     def __init__(
-        self, nodes: Mapping[str, float] | Iterable[str] = (), vnodes: int = DEFAULT_VNODES
+        self,
+        nodes: Mapping[str, float] | Iterable[str] = (),
+        vnodes: int = DEFAULT_VNODES,
+        max_points: int = MAX_POINTS,
     ) -> None:
-        if vnodes < 1:
-            raise ValueError(f"vnodes must be at least 1, not {vnodes}")
+        if vnodes < 1 or max_points < 1:
+            raise ValueError(f"vnodes and max_points must be at least 1, not {vnodes}, "
+                             f"{max_points}")  # fmt: skip
         self.vnodes = vnodes
+        self.max_points = max_points
+        self.duplicates = 0  # nodes listed more than once when the ring was made
         self._weights: dict[str, float] = {}
         self._points: list[int] = []
         self._owners: list[str] = []
         self._dirty = False
         items = nodes.items() if isinstance(nodes, Mapping) else ((n, 1.0) for n in nodes)
         for node, weight in items:
+            self.duplicates += node in self._weights
             self.add(node, weight)
 
     def add(self, node: str, weight: float = 1.0) -> None:
         """Add ``node`` (or change its weight)."""
-        if not weight > 0:
-            raise ValueError(f"a node's weight must be positive, not {weight}")
+        if not 0 < weight < math.inf:
+            raise ValueError(f"a node's weight must be a finite positive number, not {weight}")
         self._weights[node] = weight
         self._dirty = True
 
@@ -76,13 +103,37 @@ class HashRing:
     def __contains__(self, node: object) -> bool:
         return node in self._weights
 
+    @property
+    def points(self) -> int:
+        """How many points the ring holds."""
+        if self._dirty:
+            self._build()
+        return len(self._points)
+
+    def point_counts(self) -> dict[str, int]:
+        """Points per node: ``vnodes`` × weight / the lightest weight, or scaled into
+        ``max_points``."""
+        weights = self._weights
+        if not weights:
+            return {}
+        # Relative to the heaviest (in (0, 1], floored so that 1e-300 / 1e300 stays above 0),
+        # so that no ratio or sum overflows whatever the weights are.
+        top = max(weights.values())
+        relative = {node: max(w / top, 1e-300) for node, w in weights.items()}
+        total = sum(relative.values())
+        per_unit = self.vnodes / min(relative.values())
+        if per_unit * total <= self.max_points:
+            return {node: max(1, round(r * per_unit)) for node, r in relative.items()}
+        per_unit = self.max_points / total  # rounded down, so the sum stays within the cap
+        return {node: max(1, int(r * per_unit)) for node, r in relative.items()}
+
     def _build(self) -> None:
         # Ties between two nodes' points (a 2**-64 chance) are broken by name, so every
         # process builds the same ring.
         points = sorted(
             (ring_hash(f"{node}#{i}"), node)
-            for node, weight in self._weights.items()
-            for i in range(max(1, round(self.vnodes * weight)))
+            for node, count in self.point_counts().items()
+            for i in range(count)
         )
         self._points = [p for p, _ in points]
         self._owners = [n for _, n in points]
@@ -93,7 +144,7 @@ class HashRing:
         if self._dirty:
             self._build()
         if not self._points:
-            raise LookupError("the hash ring has no nodes")
+            raise EmptyRing()
         start = bisect_left(self._points, ring_hash(key))
         owners = self._owners
         n = len(owners)
@@ -105,7 +156,7 @@ class HashRing:
         if self._dirty:
             self._build()
         if not self._points:
-            raise LookupError("the hash ring has no nodes")
+            raise EmptyRing()
         i = bisect_left(self._points, ring_hash(key))
         return self._owners[i if i < len(self._owners) else 0]
 
@@ -125,18 +176,27 @@ class BoundedLoad:
     """Keys placed on a `HashRing` with no node above ⌈c × its fair share⌉."""
 
     def __init__(self, ring: HashRing, c: float = 1.25) -> None:
-        if not c > 1:
-            raise ValueError(f"the load bound c must be greater than 1, not {c}")
+        if not 1 < c < math.inf:
+            raise ValueError(f"the load bound c must be a finite number above 1, not {c}")
         self.ring = ring
         self.c = c
         self._placed: dict[str, str] = {}
         self._load: dict[str, int] = {}
 
+    def _fractions(self) -> dict[str, float]:
+        """Each node's share of the total weight (computed so that no sum can overflow)."""
+        weights = self.ring.nodes
+        if not weights:
+            raise EmptyRing()
+        top = max(weights.values())
+        total = sum(w / top for w in weights.values())
+        return {node: w / top / total for node, w in weights.items()}
+
     def capacity(self, node: str, keys: int | None = None) -> int:
         """How many keys ``node`` may hold when ``keys`` (default: those placed) are placed."""
-        weights = self.ring.nodes
+        fraction = self._fractions()[node]
         total = len(self._placed) if keys is None else keys
-        return math.ceil(self.c * total * weights[node] / sum(weights.values()))
+        return math.ceil(self.c * total * fraction)
 
     def place(self, key: str) -> str:
         """Place ``key`` and return its node (its current node if it is placed already).
@@ -145,10 +205,10 @@ class BoundedLoad:
         `place` the keys again (those of a removed node at least)."""
         if key in self._placed:
             return self._placed[key]
-        weights = self.ring.nodes
-        share = self.c * (len(self._placed) + 1) / sum(weights.values())
+        fractions = self._fractions()
+        share = self.c * (len(self._placed) + 1)
         for node in self.ring.successors(key):
-            if self._load.get(node, 0) < math.ceil(share * weights[node]):
+            if self._load.get(node, 0) < math.ceil(share * fractions[node]):
                 self._placed[key] = node
                 self._load[node] = self._load.get(node, 0) + 1
                 return node

@@ -9,7 +9,10 @@ numbers its owner (`corral.common.backends.BackendTable`) feeds it:
 
 `pick` returns a slot and counts the request as started, or -1 when no slot is eligible. It never
 returns an ineligible slot. Every pick is O(1) or O(log n): the owner calls the notification
-methods on every change instead of the picker scanning all slots per request.
+methods on every change instead of the picker scanning all slots per request. A pick plus its
+release is the cost of every request, so the structures are chosen to keep that path short
+(docs/balancer.md has the measured costs): ``p2c`` and ``random`` take a path with no
+eligibility checks while every slot is eligible; ``llrr`` keeps its slots in queues per load.
 
 =============  ==========================================================================
 ``rr``         round robin over the eligible slots.
@@ -19,83 +22,32 @@ methods on every change instead of the picker scanning all slots per request.
 ``llrr-naive`` the same without counting errors: the chapter's pitfall, kept to show it.
 ``wrr``        weighted round robin, as an earliest-deadline-first schedule: slot i's next
                turn is due 1/w_i after its last, and a heap yields the earliest (O(log n)).
-``p2c``        power of two choices: two distinct random slots, the less loaded one wins.
+``p2c``        power of two choices: two distinct random slots, the less loaded one wins
+               (load = active + recent errors, as for llrr).
 ``random``     a uniformly random eligible slot.
 =============  ==========================================================================
 
-Example::
+`Picker` (in `corral.common.picker`) is the state they all keep; ``llrr`` and ``llrr-naive``
+live in `corral.common.least_loaded`. Example::
 
     >>> import random
-    >>> p = make_picker("llrr", 3, random.Random(0))
-    >>> [p.pick(), p.pick(), p.pick()]
-    [0, 1, 2]
-    >>> p.release(1)
-    >>> p.pick()
-    1
+    >>> p = make_picker("rr", 3, random.Random(0))
+    >>> p.pick() in (0, 1, 2)
+    True
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import random
-from collections import deque
 from collections.abc import Sequence
 from heapq import heapreplace as _heapreplace
-from typing import ClassVar
 
+from .least_loaded import LeastLoaded, NaiveLeastLoaded
+from .picker import Picker
 
-class Picker:
-    """The per-slot state every picker keeps, and the notifications that change it."""
-
-    name: ClassVar[str] = ""
-
-    def __init__(self, n: int, rng: random.Random) -> None:
-        self.n = n
-        self.eligible = [True] * n
-        self.active = [0] * n
-        self.errors = [0] * n
-        self._draw = rng.random
-
-    def pick(self) -> int:
-        raise NotImplementedError
-
-    def release(self, i: int) -> None:
-        """A request on slot i finished (whatever its outcome)."""
-        self.active[i] -= 1
-
-    def add_active(self, i: int, count: int) -> None:
-        """Count ``count`` requests already in flight on slot i (after a subset change)."""
-        self.active[i] += count
-
-    def add_error(self, i: int) -> None:
-        self.errors[i] += 1
-
-    def drop_error(self, i: int) -> None:
-        self.errors[i] -= 1
-
-    def set_eligible(self, i: int, ok: bool) -> None:
-        self.eligible[i] = ok
-
-    def set_weights(self, weights: Sequence[float]) -> None:
-        """Capability weights (> 0) per slot; only ``wrr`` uses them."""
-
-    def _first_eligible_from(self, i: int) -> int:
-        """The first eligible slot at or after i, round the ring; -1 if there is none."""
-        eligible, n = self.eligible, self.n
-        for step in range(n):
-            j = (i + step) % n
-            if eligible[j]:
-                return j
-        return -1
-
-    def _random_eligible(self) -> int:
-        """A uniformly random eligible slot, counted as started; -1 if there is none."""
-        choices = [j for j in range(self.n) if self.eligible[j]]
-        if not choices:
-            return -1
-        i = choices[int(self._draw() * len(choices))]
-        self.active[i] += 1
-        return i
+__all__ = ["PICKERS", "LeastLoaded", "NaiveLeastLoaded", "Picker", "make_picker"]
 
 
 class RoundRobin(Picker):
@@ -128,161 +80,90 @@ class RandomPick(Picker):
 
     name = "random"
 
-    def pick(self) -> int:
-        n = self.n
-        if n:
-            i = int(self._draw() * n)
-            if self.eligible[i]:
-                self.active[i] += 1
-                return i
-        return self._random_eligible()
-
-
-class PowerOfTwo(Picker):
-    """Two distinct random slots; the one with less load (active + recent errors) wins."""
-
-    name = "p2c"
+    def __init__(self, n: int, rng: random.Random) -> None:
+        super().__init__(n, rng)
+        self._detours += not n  # no slot: nothing to draw from
 
     def pick(self) -> int:
-        n = self.n
-        if n < 2:
-            return self._random_eligible()
-        eligible, active, errors = self.eligible, self.active, self.errors
-        x = self._draw() * n
-        a = int(x)
-        b = int((x - a) * (n - 1))  # the draw's remaining bits: one call instead of two
-        if b >= a:
-            b += 1
-        if eligible[a] and eligible[b]:
-            i = b if active[b] + errors[b] < active[a] + errors[a] else a
-        elif eligible[a] or eligible[b]:
-            i = a if eligible[a] else b
+        # 30 random bits modulo n: uniform to within n / 2**30, and cheaper than
+        # int(random() * n) (30 bits fit one digit of a Python int).
+        if self._detours:  # some slot is ineligible (or there is none): draw once, then list
+            n = self.n
+            i = self._bits(30) % n if n else -1
+            if i < 0 or not self.eligible[i]:
+                return self._random_eligible()
         else:
-            return self._random_eligible()
-        active[i] += 1
+            i = self._bits(30) % self.n
+        self.active[i] += 1
         return i
 
 
-class LeastLoaded(Picker):
-    """Round robin among the eligible slots with the least load, load = active + recent errors.
+class PowerOfTwo(Picker):
+    """Two distinct random slots; the one with less load (active + recent errors) wins, the
+    first drawn on a tie. So it never picks the more loaded of its two, and with two slots it
+    always picks the less loaded one.
 
-    Slots wait in one FIFO queue per load level, so a slot whose load drops back to the minimum
-    queues behind the others there: round robin among the least loaded. Loads move by one at a
-    time, so a change is O(1): the slot is appended to its new level's queue and its old entry
-    goes stale (each entry carries a stamp; only the slot's latest stamp is live). Stale entries
-    are skipped when popped and purged when a queue grows past 2n + 8 entries, which keeps
-    memory bounded and the work amortized O(1).
-    """
+    The usual case — every slot eligible, no recent error anywhere — has a short path: one
+    draw, one comparison of requests in flight. An ineligible slot or a recent error (each
+    counted in ``_detours`` as it comes and goes) sends picks down the general path."""
 
-    name = "llrr"
-    count_errors: ClassVar[bool] = True
+    name = "p2c"
 
     def __init__(self, n: int, rng: random.Random) -> None:
         super().__init__(n, rng)
-        self._load = [0] * n
-        self._stamp = [0] * n
-        self._queues: list[deque[tuple[int, int]]] = [deque()]
-        self._min = 0  # never above the least live load
-        self._live = n  # eligible slots, i.e. live entries
-        self._limit = 2 * n + 8  # queue length that triggers a purge of stale entries
-        for i in range(n):
-            self._enqueue(i)
-
-    def _enqueue(self, i: int) -> None:
-        stamp = self._stamp[i] + 1
-        self._stamp[i] = stamp
-        load = self._load[i]
-        queues = self._queues
-        while len(queues) <= load:
-            queues.append(deque())
-        queue = queues[load]
-        queue.append((i, stamp))
-        if len(queue) > self._limit:
-            self._purge(load)
-        if load < self._min:
-            self._min = load
-
-    def _purge(self, load: int) -> None:
-        live = self._stamp
-        self._queues[load] = deque(e for e in self._queues[load] if live[e[0]] == e[1])
-
-    def _move(self, i: int, delta: int) -> None:
-        self._load[i] += delta
-        if self.eligible[i]:
-            self._enqueue(i)
-
-    # pick and release run once per request each, so they are written out in full.
-
-    def pick(self) -> int:
-        if not self._live:
-            return -1
-        queues, stamps = self._queues, self._stamp
-        low = self._min
-        while True:
-            queue = queues[low]
-            while queue:
-                i, stamp = queue.popleft()
-                if stamps[i] == stamp:
-                    self._min = low
-                    self.active[i] += 1
-                    low += 1
-                    self._load[i] = low
-                    stamps[i] = stamp = stamp + 1
-                    if low == len(queues):
-                        queues.append(deque())
-                    queue = queues[low]
-                    queue.append((i, stamp))
-                    if len(queue) > self._limit:
-                        self._purge(low)
-                    return i
-            low += 1
-
-    def release(self, i: int) -> None:
-        self.active[i] -= 1
-        load = self._load[i] - 1
-        self._load[i] = load
-        if self.eligible[i]:
-            stamps = self._stamp
-            stamps[i] = stamp = stamps[i] + 1
-            queue = self._queues[load]
-            queue.append((i, stamp))
-            if len(queue) > self._limit:
-                self._purge(load)
-            if load < self._min:
-                self._min = load
-
-    def add_active(self, i: int, count: int) -> None:
-        self.active[i] += count
-        self._move(i, count)
+        self._others = n - 1
+        self._detours += n < 2  # one slot or none: no two to compare
 
     def add_error(self, i: int) -> None:
         self.errors[i] += 1
-        if self.count_errors:
-            self._move(i, 1)
+        self._detours += 1
 
     def drop_error(self, i: int) -> None:
         self.errors[i] -= 1
-        if self.count_errors:
-            self._move(i, -1)
+        self._detours -= 1
 
-    def set_eligible(self, i: int, ok: bool) -> None:
-        if ok == self.eligible[i]:
-            return
-        self.eligible[i] = ok
-        if ok:
-            self._live += 1
-            self._enqueue(i)
-        else:
-            self._live -= 1
-            self._stamp[i] += 1  # its queued entry goes stale
+    def pick(self) -> int:
+        if self._detours:
+            return self._pick_among_eligible()
+        # 30 random bits modulo n: uniform to within n / 2**30, and cheaper than
+        # int(random() * n) (30 bits fit one digit of a Python int). b is among the n - 1
+        # others.
+        bits = self._bits
+        a = bits(30) % self.n
+        b = bits(30) % self._others
+        if b >= a:
+            b += 1
+        active = self.active
+        if active[b] < active[a]:  # no errors anywhere: the load is what is in flight
+            a = b
+        active[a] += 1
+        return a
 
+    def _pick_among_eligible(self) -> int:
+        """The general path: the two are drawn among the eligible slots (by rejection while
+        most are eligible, else from a list of them) and their errors count as load."""
+        n, eligible = self.n, self.eligible
+        for _ in range(4 if n >= 2 else 0):
+            x = self._draw() * n
+            a = int(x)
+            b = int((x - a) * (n - 1))  # the draw's remaining bits: one call instead of two
+            if b >= a:
+                b += 1
+            if eligible[a] and eligible[b]:
+                return self._less_loaded(a, b)
+        choices = [j for j in range(n) if eligible[j]]
+        if len(choices) < 2:
+            return self._random_eligible()
+        x = self._draw() * len(choices)
+        a = int(x)
+        b = int((x - a) * (len(choices) - 1))
+        return self._less_loaded(choices[a], choices[b + (b >= a)])
 
-class NaiveLeastLoaded(LeastLoaded):
-    """Least-loaded round robin counting only active requests: a backend that fails fast looks
-    idle and takes far more than its share (the chapter's sinkholing pitfall)."""
-
-    name = "llrr-naive"
-    count_errors = False
+    def _less_loaded(self, a: int, b: int) -> int:
+        active, errors = self.active, self.errors
+        i = b if active[b] + errors[b] < active[a] + errors[a] else a
+        active[i] += 1
+        return i
 
 
 class WeightedRoundRobin(Picker):
@@ -311,12 +192,16 @@ class WeightedRoundRobin(Picker):
 
     def set_weights(self, weights: Sequence[float]) -> None:
         """New weights keep each slot's progress: the time left to its turn is rescaled."""
-        if len(weights) != self.n or min(weights, default=1.0) <= 0:
-            raise ValueError("wrr needs one positive weight per slot")
+        if len(weights) != self.n or not all(0 < w < math.inf for w in weights):
+            raise ValueError("wrr needs one finite positive weight per slot")
         if not self.n:
             return
-        mean = sum(weights) / self.n
-        period = [max(1, round(self._SCALE * mean / w)) for w in weights]
+        # Relative to the largest weight, so no sum overflows; a slot below 1e-12 of it is
+        # served as if at 1e-12 (never, in practice), so no period is too large to compute.
+        top = max(weights)
+        relative = [max(w / top, 1e-12) for w in weights]
+        mean = sum(relative) / self.n
+        period = [max(1, round(self._SCALE * mean / w)) for w in relative]
         shift, mask, old = self._shift, self._mask, self._period
         now = self._heap[0] >> shift
         self._heap = [
@@ -329,9 +214,10 @@ class WeightedRoundRobin(Picker):
 
     def pick(self) -> int:
         heap = self._heap
-        if not heap:
+        try:
+            top = heap[0]  # written out: this is the path of nearly every pick
+        except IndexError:  # no slots
             return -1
-        top = heap[0]  # written out: this is the path of nearly every pick
         i = top & self._mask
         _heapreplace(heap, top + self._step[i])
         if self.eligible[i]:

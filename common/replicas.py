@@ -55,8 +55,13 @@ class ReplicaChooser:
     # -- what the client learns ------------------------------------------------------------
 
     def handle(self, worker: str, event: BackendEvent) -> BackendState:
-        state = TRANSITIONS[self.states.get(worker, _HEALTHY), event]
+        """A health event; a worker that takes connections again after refusing them starts
+        its weight over (A58: it may be a new process)."""
+        was = self.states.get(worker, _HEALTHY)
+        state = TRANSITIONS[was, event]
         self.states[worker] = state
+        if was is BackendState.REFUSING and state is not BackendState.REFUSING:
+            self.weights.reconnected(worker)
         return state
 
     def state(self, worker: str) -> BackendState:

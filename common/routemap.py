@@ -70,13 +70,16 @@ class _MapWire(msgspec.Struct):  # unknown keys are let through: the view may gr
 
 def parse(result: Any) -> RouteMap:
     """The map from a ``map`` verb's result, or `ProtocolError` saying what is wrong with it.
-    Owners that are not listed among the workers are left out (nothing to route to)."""
+    Owners that are not listed among the workers are left out (nothing to route to), and an
+    owner listed twice for a task counts once."""
     try:
         wire = msgspec.convert(result, _MapWire)
     except msgspec.ValidationError as exc:
         raise ProtocolError(f"map: {exc}") from None
     workers = {w: WorkerEntry(e.serve, e.state) for w, e in wire.workers.items()}
-    tasks = {t: tuple(w for w in owners if w in workers) for t, owners in wire.tasks.items()}
+    # A worker listed twice for a task would get a double share of its requests: once each.
+    tasks = {t: tuple(dict.fromkeys(w for w in owners if w in workers))
+             for t, owners in wire.tasks.items()}
     return RouteMap(wire.version, wire.epoch, workers, tasks)
 
 
@@ -144,6 +147,11 @@ class TaskRing:
         """The task that ``key`` belongs to; LookupError if there are no tasks."""
         return self._ring.lookup(key)
 
+    @property
+    def points(self) -> int:
+        """Points on the ring: KEY_VNODES per task, fewer per task past the ring's cap."""
+        return self._ring.points
+
 
 def tiers(owners: tuple[str, ...], workers: Mapping[str, WorkerEntry]) -> list[list[str]]:
     """The map's order of preference among a task's owners: ready ones, then the rest (a
@@ -167,7 +175,9 @@ def explain(m: RouteMap, task: str | None = None, key: str | None = None,
             raise LookupError(f"no tasks in map version {m.version}: key {key!r} has nowhere "
                               "to go") from None
         out["key"] = key
-        out["ring"] = f"{len(m.tasks)} tasks x {KEY_VNODES} points"
+        points, tasks = ring.points, len(m.tasks)
+        out["ring"] = (f"{tasks} tasks x {KEY_VNODES} points" if points == tasks * KEY_VNODES
+                       else f"{tasks} tasks, {points} points (the ring's cap)")
     if task is None or task not in m.tasks:
         raise LookupError(f"no task {task!r} in map version {m.version}")
     owners = m.tasks[task]

@@ -32,6 +32,24 @@ algorithms, all pure functions of (backends, client index, K, seed):
     and any prefix of a lot (a partial last lot, or gaps in the client indexes) is spread
     evenly too. Client indexes need not be contiguous; they need only be distinct.
 
+    Its churn on a resize is the ideal plus about 1/(3K): a start measured in ranks moves when
+    B does, and ranks shift after an inserted or removed backend, so about a third of the
+    clients slide their window by one backend although they did not need to. Over many small
+    resizes that adds up (30 one-backend scale-ups of 300 backends, K = 30: about 4× the
+    minimum).
+
+``stable``
+    Low-churn with its starts measured in ranks *within arcs*: each lot's hash circle is cut
+    into `STABLE_ARCS` equal arcs; client j falls in arc ⌊vdc(j) × arcs⌋ and starts at the same
+    fraction of that arc's backends (in rank order) as its van der Corput point is of the arc,
+    then takes K backends round the lot's ring as before. A resize moves the starts of the
+    clients in the changed backend's arc only, so the needless slides drop by the number of
+    arcs (low-churn is the one-arc case). The price is balance: the arcs hold random numbers of
+    backends, so the clients per backend vary from arc to arc (docs/balancer.md measures the
+    trade-off). Removing one backend costs each client at most that backend, as long as K ≤ B
+    minus the backends of the largest arc (low-churn can cost a client whose window wraps past
+    the ring's origin a second connection).
+
 Example (12 backends, K = 3, as in the chapter — every backend gets 2 or 3 of 10 clients)::
 
     >>> backends = [f"b{i:02d}" for i in range(12)]
@@ -40,21 +58,27 @@ Example (12 backends, K = 3, as in the chapter — every backend gets 2 or 3 of 
     [2, 3]
 
 Backend order never depends on the order the caller lists them in (they are sorted or hashed),
-so clients that learnt the backends in different orders agree.
+so clients that learnt the backends in different orders agree; a backend listed twice counts
+once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 RANDOM = "random"
 DETERMINISTIC = "deterministic"
 LOW_CHURN = "low-churn"
-ALGORITHMS = (RANDOM, DETERMINISTIC, LOW_CHURN)
+STABLE = "stable"
+ALGORITHMS = (RANDOM, DETERMINISTIC, LOW_CHURN, STABLE)
 
 DEFAULT_LOT_SIZE = 64
+STABLE_ARCS = 3  # arcs per lot for `stable`: the fewest that keep 30 one-backend scale-ups of
+# 300 backends (K = 30) within 2× the least churn; docs/balancer.md has the trade-off
+_RING = 1 << 64  # the hash circle of `_key`
 
 
 def _key(*parts: object) -> int:
@@ -83,7 +107,7 @@ def random_subset(
 ) -> list[str]:
     """The first ``subset_size`` (healthy) backends of the client's own shuffled order."""
     _check(subset_size)
-    order = rendezvous_order(backends, "random", seed, client)
+    order = rendezvous_order(set(backends), "random", seed, client)
     if healthy is not None:
         order = [b for b in order if healthy(b)]
     return order[:subset_size]
@@ -96,7 +120,7 @@ class DeterministicRounds:
     def __init__(self, backends: Iterable[str], subset_size: int, seed: int = 0) -> None:
         _check(subset_size)
         # Sorted first: the shuffle must not depend on the order the caller listed them in.
-        self._order = sorted(backends)
+        self._order = sorted(set(backends))
         self._n = len(self._order)
         self._k = min(subset_size, self._n)
         self._seed = seed
@@ -161,7 +185,8 @@ def van_der_corput(j: int, bits: int) -> int:
 
 
 class LowChurnLots:
-    """The per-lot backend orders of low-churn subsetting, cached per lot."""
+    """The per-lot backend orders of low-churn subsetting (``arcs`` = 1) and of stable
+    subsetting (``arcs`` > 1), cached per lot."""
 
     def __init__(
         self,
@@ -169,29 +194,50 @@ class LowChurnLots:
         subset_size: int,
         seed: int = 0,
         lot_size: int = DEFAULT_LOT_SIZE,
+        arcs: int = 1,
     ) -> None:
         _check(subset_size)
         if lot_size < 1 or lot_size & (lot_size - 1):
             raise ValueError(f"lot_size must be a power of two, not {lot_size}")
-        self._backends = sorted(backends)
+        if arcs < 1:
+            raise ValueError(f"arcs must be at least 1, not {arcs}")
+        self._backends = sorted(set(backends))
         self._k = min(subset_size, len(self._backends))
         self._seed = seed
         self._lot_size = lot_size
+        self._arcs = arcs
         self._bits = lot_size.bit_length() - 1
-        self._orders: dict[int, list[str]] = {}
+        # Per lot: the backends in ring order, and where each arc's backends begin in it.
+        self._lots: dict[int, tuple[list[str], list[int]]] = {}
+
+    def _lot(self, lot: int) -> tuple[list[str], list[int]]:
+        found = self._lots.get(lot)
+        if found is None:
+            # The same ring as `rendezvous_order(backends, "lot", seed, lot)`, keeping the keys.
+            keyed = sorted((_key("lot", self._seed, lot, b), b) for b in self._backends)
+            keys = [k for k, _ in keyed]
+            arcs = self._arcs
+            bounds = [bisect_left(keys, m * _RING // arcs) for m in range(arcs)] + [len(keys)]
+            found = self._lots[lot] = ([b for _, b in keyed], bounds)
+        return found
 
     def subset(self, client: int) -> list[str]:
-        """Client ``client``'s K backends: a run of its lot's ring from its van der Corput start."""
+        """Client ``client``'s K backends: a run of its lot's ring from its van der Corput start
+        (measured in ranks over the whole ring, or within its arc)."""
         if client < 0:
             raise ValueError(f"client index must be non-negative, not {client}")
         n = len(self._backends)
         if n == 0:
             return []
         lot, j = divmod(client, self._lot_size)
-        order = self._orders.get(lot)
-        if order is None:
-            order = self._orders[lot] = rendezvous_order(self._backends, "lot", self._seed, lot)
-        start = van_der_corput(j, self._bits) * n // self._lot_size
+        order, bounds = self._lot(lot)
+        # The client's point vdc(j) / L falls in arc m, at fraction (vdc·arcs − m·L) / L of it;
+        # it starts at that fraction of the arc's backends. With one arc: vdc(j) × B // L.
+        lots, arcs = self._lot_size, self._arcs
+        point = van_der_corput(j, self._bits) * arcs
+        m = point // lots
+        first, count = bounds[m], bounds[m + 1] - bounds[m]
+        start = (first + (point - m * lots) * count // lots) % n  # an empty arc: the next one
         run = order[start : start + self._k]
         return run + order[: self._k - len(run)]
 
@@ -205,7 +251,7 @@ def assign(
     lot_size: int = DEFAULT_LOT_SIZE,
 ) -> dict[int, list[str]]:
     """Every client's subset under ``algorithm`` (one of `ALGORITHMS`), sharing the work."""
-    names = sorted(backends)
+    names = sorted(set(backends))
     if algorithm == RANDOM:
         _check(subset_size)
         return {client: random_subset(names, client, subset_size, seed) for client in clients}
@@ -214,6 +260,8 @@ def assign(
         pick = DeterministicRounds(names, subset_size, seed).subset
     elif algorithm == LOW_CHURN:
         pick = LowChurnLots(names, subset_size, seed, lot_size).subset
+    elif algorithm == STABLE:
+        pick = LowChurnLots(names, subset_size, seed, lot_size, STABLE_ARCS).subset
     else:
         raise ValueError(f"unknown subsetting algorithm {algorithm!r}; use one of {ALGORITHMS}")
     return {client: pick(client) for client in clients}

@@ -10,15 +10,30 @@ second (``eps``). Its capability score is ::
 fast machine (more qps at the same utilization) gets more traffic, and a backend that fails
 fast (errors, little CPU) gets less rather than more.
 
-Rules, as in gRPC's weighted_round_robin policy:
+The weight lifecycle follows gRPC's weighted_round_robin (proposal A58):
 
-* a report is *fresh* until ``expiry`` seconds old; a backend whose reports expired starts over;
-* a backend's weight is trusted only after it has reported for ``blackout`` seconds without a
-  gap, so a restarted or new backend — whose first numbers come from little traffic — does not
-  get a flood on a noisy first report;
-* a backend with no trusted weight gets the mean of the trusted weights (1.0 if there are none);
-* a backend that reported only errors gets ``min_fraction`` × the mean, never zero, so it keeps
-  getting a trickle and can show that it recovered.
+* an *empty* report — no qps, or no utilization figure — is ignored: the last weight stays, and
+  the report does not count as one (so it does not keep the weight fresh);
+* a weight is *fresh* until ``expiry`` seconds after the last report that set it; after that
+  the backend has no weight, and its next report starts a new blackout;
+* a weight is trusted only ``blackout`` seconds after the first report of its current run, so a
+  new, restarted or reconnected backend — whose first numbers come from little traffic — does
+  not get a flood on a noisy first report;
+* a backend that reconnects (`reconnected`: it was refusing connections and accepts them again)
+  or leaves (`forget`) starts over;
+* a backend with no trusted weight gets the mean of the trusted weights (1.0 if there are none).
+
+Where corral differs, on purpose: a report of errors only (no qps, some eps) is not empty here
+— it gives ``min_fraction`` × the mean, never zero, so a backend that fails fast gets a trickle
+(and can show that it recovered) instead of the mean; and utilization feedback (below).
+
+**No report can poison a weight.** Reports come from other processes, possibly buggy or
+hostile, so every value is checked where it comes in (`LoadReport.checked`): one that is not a
+finite number, is negative or is beyond any real figure (`MAX_RATE`, `MAX_UTILIZATION`) makes
+the tracker ignore the report; one so small that it can only be noise (below `TINY`, e.g. a
+subnormal) counts as zero. The score is checked again where it is computed, and clamped into
+[`MIN_SCORE`, `MAX_SCORE`], so sums and means of weights stay finite. Each case is counted in
+`WeightTracker.counters` (this module does no I/O, so the owner logs them if it wants to).
 
 **Utilization feedback.** A capacity score cannot see load that *other* clients put on a
 backend: with small subsets and clients of different rates, the backends shared by busy clients
@@ -35,21 +50,49 @@ Time is a parameter (``now``); nothing here reads a clock.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+# Bounds of a believable report. Beyond them a figure is a bug or a lie, not a measurement.
+MAX_RATE = 1e12  # qps and eps: a million times more than one process serves
+MAX_UTILIZATION = 1e3  # utilization may exceed 1 (several cores), never by this much
+TINY = 1e-9  # a rate or utilization below this is noise (a subnormal, a rounding): zero
+# Scores are clamped into this range where they are computed, so their sums stay finite.
+MIN_SCORE = 1e-9
+MAX_SCORE = 1e15
+
+_INF = math.inf
 
 
 @dataclass(frozen=True)
 class LoadReport:
-    """What a backend says about itself: successful qps, CPU utilization (0..1), errors/s."""
+    """What a backend says about itself: successful qps, CPU utilization (0..1), errors/s.
+
+    It holds whatever was said, even nonsense; `checked` says whether the tracker can use it."""
 
     qps: float
     utilization: float
     eps: float = 0.0
 
-    def __post_init__(self) -> None:
-        if self.qps < 0 or self.utilization < 0 or self.eps < 0:
-            raise ValueError(f"a load report cannot be negative: {self}")
+    def checked(self) -> LoadReport | None:
+        """This report if every value is a finite number in range; a copy with the values
+        below `TINY` set to zero; or None if a value is not a finite number, is negative or
+        is above its bound (the report must be ignored)."""
+        qps, utilization, eps = self.qps, self.utilization, self.eps
+        # Written so that NaN fails every test: comparisons with NaN are false.
+        if not (0 <= qps <= MAX_RATE and 0 <= eps <= MAX_RATE
+                and 0 <= utilization <= MAX_UTILIZATION):  # fmt: skip
+            return None
+        if (qps >= TINY or not qps) and (eps >= TINY or not eps) and (
+            utilization >= TINY or not utilization
+        ):
+            return self
+        return LoadReport(
+            qps if qps >= TINY else 0.0,
+            utilization if utilization >= TINY else 0.0,
+            eps if eps >= TINY else 0.0,
+        )
 
 
 @dataclass(frozen=True)
@@ -65,8 +108,15 @@ class WeightConfig:
     max_correction: float = 5.0  # the correction stays within [1/this, this]
 
     def __post_init__(self) -> None:
-        if self.error_penalty < 0 or self.blackout < 0 or self.utilization_feedback < 0:
-            raise ValueError("error_penalty, blackout and utilization_feedback must be >= 0")
+        values = (self.error_penalty, self.blackout, self.expiry, self.update_period,
+                  self.min_fraction, self.utilization_feedback, self.max_correction)  # fmt: skip
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError(f"every weight setting must be a finite number: {self}")
+        if self.error_penalty < 0 or self.blackout < 0:
+            raise ValueError("error_penalty and blackout must be >= 0")
+        if not 0 <= self.utilization_feedback <= 1:
+            # A gain above 1 overshoots (and could overflow the correction).
+            raise ValueError("utilization_feedback must be in [0, 1]")
         if self.max_correction < 1:
             raise ValueError(f"max_correction must be at least 1, not {self.max_correction}")
         if self.expiry <= 0 or self.update_period <= 0 or not 0 < self.min_fraction <= 1:
@@ -74,27 +124,51 @@ class WeightConfig:
 
 
 class WeightTracker:
-    """The latest report per backend and the weights they give at a time ``now``."""
+    """The latest useful report per backend and the weights they give at a time ``now``.
+
+    ``counters``: ``bad_reports`` (ignored: a value not a finite number, negative or out of
+    range), ``bad_times`` (ignored: ``now`` not a finite number), ``empty_reports`` (ignored:
+    nothing to weigh, as A58), ``clamped`` (used after setting a tiny value to zero or
+    clamping the score into [MIN_SCORE, MAX_SCORE])."""
 
     def __init__(self, config: WeightConfig | None = None) -> None:
         self.config = config or WeightConfig()
-        self._score: dict[str, float | None] = {}  # None: the report says nothing
-        self._reported_at: dict[str, float] = {}
+        self.counters = dict.fromkeys(("bad_reports", "bad_times", "empty_reports", "clamped"), 0)
+        self._score: dict[str, float] = {}
+        self._reported_at: dict[str, float] = {}  # the last report that set the score
         self._since: dict[str, float] = {}  # start of the current run of reports
         self._utilization: dict[str, float] = {}
         self._correction: dict[str, float] = {}
         self._adjusted: dict[str, float] = {}  # time of the report the correction last used
 
-    def report(self, backend: str, report: LoadReport, now: float) -> None:
-        """Record ``backend``'s report, received at ``now``."""
+    def report(self, backend: str, report: LoadReport, now: float) -> bool:
+        """Record ``backend``'s report, received at ``now``; False if it was ignored."""
+        counters = self.counters
+        if not -_INF < now < _INF:
+            counters["bad_times"] += 1
+            return False
+        usable = report.checked()
+        if usable is None:
+            counters["bad_reports"] += 1
+            return False
+        clamped = usable is not report
+        score = self._capability(usable)
+        if score and not MIN_SCORE <= score <= MAX_SCORE:  # 0.0 (errors only) is floored later
+            score = min(MAX_SCORE, max(MIN_SCORE, score))
+            clamped = True
+        counters["clamped"] += clamped
+        if score is None:
+            counters["empty_reports"] += 1  # the last weight stays, and so does its age
+            return False
         last = self._reported_at.get(backend)
-        if last is None or now - last > self.config.expiry:
-            self._since[backend] = now  # first report, or the first after a gap: blackout
+        if last is None or not now - last <= self.config.expiry:
+            self._since[backend] = now  # first report, or the first since it expired: blackout
             self._correction.pop(backend, None)  # and what we learnt before the gap is old
             self._adjusted.pop(backend, None)
         self._reported_at[backend] = now
-        self._score[backend] = self._capability(report)
-        self._utilization[backend] = report.utilization
+        self._score[backend] = score
+        self._utilization[backend] = usable.utilization
+        return True
 
     def forget(self, backend: str) -> None:
         """``backend`` left, or restarted: drop what we knew about it."""
@@ -103,7 +177,14 @@ class WeightTracker:
         for table in tables:
             table.pop(backend, None)
 
+    def reconnected(self, backend: str) -> None:
+        """``backend`` accepts connections again after refusing them: it may be a new process,
+        so its weight starts over, with a blackout (A58)."""
+        self.forget(backend)
+
     def _capability(self, r: LoadReport) -> float | None:
+        """The score of a checked report (finite: the values are in range); 0.0 for errors
+        only; None when the report says nothing (A58's empty report)."""
         if r.qps > 0 and r.utilization > 0:
             return r.qps / (r.utilization + self.config.error_penalty * r.eps / r.qps)
         if r.qps == 0 and r.eps > 0:

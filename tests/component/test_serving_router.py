@@ -23,6 +23,7 @@ from corral.client.errors import (
 )
 from corral.common.codec import decode, encode
 from corral.common.protocol import ControlReply, ControlRequest, Reply, Request
+from corral.common.weights import WeightConfig
 
 from .test_worker_support import free_port
 
@@ -272,3 +273,34 @@ def test_stray_frames_are_counted_and_periodic_refreshes_ask_by_version(
     assert world.control.fetches == before + 2  # refresh_interval 0: every call asks...
     versions = [m.args.get("if_newer_than") for m in world.control.fake.seen]
     assert versions[0] is None and set(versions[1:]) == {world.control.version}  # ...by version
+
+
+def test_extreme_but_wire_valid_load_reports_are_counted_and_calls_keep_working(
+        world: World) -> None:
+    """A buggy or hostile worker answers with load figures the wire accepts (0 to 1e15) but no
+    real load produces: one such report used to make every call_any raise ValueError for the
+    whole subset. Now the Router counts it and ignores it, and every call succeeds."""
+    extremes = [(1e15, 1e-300, 0.0), (1e15, 5e-324, 1e15), (0.0, 1e15, 1e15),
+                (1e-300, 1e-300, 0.0), (1e15, 1e15, 1e15)]  # fmt: skip
+    turn = [0]
+
+    def evil(r: Request) -> Reply:
+        qps, utilization, errors = extremes[turn[0] % len(extremes)]
+        turn[0] += 1
+        return Reply(r.id, "ok", ["evil", r.body], version=(1, 1), qps=qps,
+                     utilization=utilization, errors=errors)
+
+    world.worker("evil", evil)
+    world.worker("good", ok("good"))
+    world.control.tasks = {"t": ["evil", "good"]}
+    weights = WeightConfig(blackout=0.0, update_period=0.001)
+    r = world.router(policy="wrr", weights=weights)
+    served: Counter[str] = Counter()
+    for i in range(60):
+        served[r.call_any(i)[0]] += 1
+        served[r.call("t", i)[0]] += 1
+        time.sleep(0.002)  # let the weights be recomputed between calls
+    assert sum(served.values()) == 120 and r.counters["ok"] == 120
+    assert served["evil"] > 0 and served["good"] > 0
+    assert r.counters["bad_reports"] == turn[0]  # every one of the evil worker's reports
+    assert r.reports["evil"].qps in {q for q, _, _ in extremes}  # what it said, for metrics

@@ -140,3 +140,28 @@ def test_config_is_validated() -> None:
                 {"latency_smoothing": 0.0}):  # fmt: skip
         with pytest.raises(ValueError):
             replace(BalancerConfig(), **bad)  # type: ignore[arg-type]
+
+
+def test_a_backend_that_leaves_and_comes_back_starts_its_weight_over() -> None:
+    """A58: weights are forgotten when a backend leaves; and a reconnect starts a blackout."""
+    weights = WeightConfig(blackout=5.0, utilization_feedback=0.0)
+    b = Balancer(BalancerConfig(picker="wrr", subset_size=3, weights=weights), BACKENDS[:3], 0)
+    first, *others = BACKENDS[:3]
+
+    def weight(at: float) -> dict[str, float]:
+        return dict(zip(b.subset, b.weights(at), strict=True))
+
+    for t in range(7):
+        for name in BACKENDS[:3]:
+            b.report(name, LoadReport(qps=300 if name == first else 100, utilization=0.5), t)
+    assert weight(6.0) == pytest.approx({first: 600, others[0]: 200, others[1]: 200})
+    b.set_backends(others)  # the first leaves...
+    b.set_backends(BACKENDS[:3])  # ...and comes back: nothing is known about it
+    b.report(first, LoadReport(qps=300, utilization=0.5), 7.0)
+    assert weight(7.0)[first] == pytest.approx(200)  # the mean, until the blackout is over
+    b.report(first, LoadReport(qps=300, utilization=0.5), 12.0)
+    assert weight(12.0)[first] == pytest.approx(600)
+    b.handle(first, BackendEvent.REFUSED)
+    b.handle(first, BackendEvent.CONNECTED)  # a reconnect: blackout again
+    b.report(first, LoadReport(qps=300, utilization=0.5), 12.5)
+    assert weight(12.5)[first] == pytest.approx(200)

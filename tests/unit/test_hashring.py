@@ -3,13 +3,14 @@ bounded load keeps every node under ⌈c × fair share⌉."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.common.hashring import BoundedLoad, HashRing
+from corral.common.hashring import MAX_POINTS, BoundedLoad, EmptyRing, HashRing
 
 KEYS = [f"task-{i}" for i in range(4000)]
 
@@ -92,13 +93,73 @@ def test_bounded_load_prefers_the_rings_choice_and_release_frees_room() -> None:
 
 
 def test_errors() -> None:
-    with pytest.raises(LookupError, match="no nodes"):
-        HashRing().lookup("k")
     with pytest.raises(ValueError, match="positive"):
         HashRing({"a": 0.0})
+    for bad in (math.inf, math.nan, -1.0):
+        with pytest.raises(ValueError, match="finite positive"):
+            HashRing().add("a", bad)
     with pytest.raises(ValueError, match="vnodes"):
         HashRing(vnodes=0)
-    with pytest.raises(ValueError, match="greater than 1"):
-        BoundedLoad(HashRing(["a"]), 1.0)
+    for c in (1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="above 1"):
+            BoundedLoad(HashRing(["a"]), c)
     ring = HashRing(["a"])
     assert "a" in ring and len(ring) == 1
+
+
+def test_an_empty_ring_fails_the_same_clear_way_for_lookups_and_bounded_load() -> None:
+    ring = HashRing()
+    bounded = BoundedLoad(ring)
+    calls = [lambda: ring.lookup("k"), lambda: ring.lookup_n("k", 2),
+             lambda: next(ring.successors("k")), lambda: bounded.place("k"),
+             lambda: bounded.capacity("a")]  # fmt: skip
+    for call in calls:
+        with pytest.raises(EmptyRing, match="the hash ring has no nodes"):
+            call()
+    assert issubclass(EmptyRing, LookupError)
+    ring.add("a")
+    ring.remove("a")  # empty again, after having had a node
+    with pytest.raises(EmptyRing):
+        bounded.place("k")
+
+
+@given(c=st.sampled_from([1.01, 1.25, 3.0]), count=st.integers(1, 300),
+       weight=st.sampled_from([1e-300, 1.0, 1e300]))  # fmt: skip
+def test_bounded_load_on_a_one_node_ring_puts_every_key_on_it(
+    c: float, count: int, weight: float
+) -> None:
+    bounded = BoundedLoad(HashRing({"only": weight}), c)
+    assert {bounded.place(k) for k in KEYS[:count]} == {"only"}
+    assert bounded.load("only") == count <= bounded.capacity("only")
+
+
+@settings(max_examples=15, deadline=None)
+@given(weights=st.lists(st.sampled_from([0.25, 1.0, 2.0, 5.0]), min_size=2, max_size=5),
+       scale=st.sampled_from([1.0, 1e-6, 1e6, 1e200]))  # fmt: skip
+def test_ring_hash_shares_follow_the_weights_whatever_their_scale(
+    weights: list[float], scale: float
+) -> None:
+    """Envoy's and gRPC's ring hash (A42) give each host a share of the keys in proportion to
+    its weight. Scaled weights (1e200 would need ~1e202 points) fit under the cap and keep the
+    proportions."""
+    nodes = {f"n{i}": w * scale for i, w in enumerate(weights)}
+    ring = HashRing(nodes, vnodes=160, max_points=4096)
+    assert ring.points <= 4096 + len(nodes)
+    keys = KEYS
+    share = Counter(ring.lookup(k) for k in keys)
+    total = sum(weights)
+    for i, w in enumerate(weights):
+        # Each node holds at least ~4096·w/Σw·… points: a share's relative error ~ 1/√points.
+        points = ring.point_counts()[f"n{i}"]
+        assert abs(share[f"n{i}"] / len(keys) - w / total) < 4 * (w / total) / points**0.5 + 0.02
+
+
+def test_the_ring_caps_its_points_and_counts_repeated_nodes() -> None:
+    ring = HashRing({"huge": 1e300, "tiny": 1e-300, "one": 1.0})
+    counts = ring.point_counts()
+    assert sum(counts.values()) <= MAX_POINTS + 3 and counts["tiny"] == counts["one"] == 1
+    assert ring.lookup("k") in {"huge", "tiny", "one"}
+    many = HashRing([f"n{i}" for i in range(4000)])  # 4000 × 160 points would pass the cap
+    assert many.points <= MAX_POINTS
+    assert HashRing(["a", "b", "a", "a"]).duplicates == 2
+    assert HashRing(["a", "b"]).duplicates == 0

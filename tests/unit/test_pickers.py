@@ -185,16 +185,79 @@ def test_power_of_two_prefers_the_less_loaded_of_its_two() -> None:
     assert {p.pick() for _ in range(3)} == {1}
 
 
-def test_least_loaded_purges_stale_queue_entries() -> None:
+@given(
+    loads=st.lists(st.integers(0, 6), min_size=2, max_size=2),
+    errors=st.lists(st.integers(0, 3), min_size=2, max_size=2),
+    seed=st.integers(0, 1000),
+)
+def test_power_of_two_with_two_backends_always_takes_the_less_loaded(
+    loads: list[int], errors: list[int], seed: int
+) -> None:
+    """Finagle's and Envoy's P2C over two backends: both are always the two drawn, so the
+    pick is the less loaded (active + recent errors), either one on a tie."""
+    p = make_picker("p2c", 2, random.Random(seed))
+    for i in range(2):
+        p.add_active(i, loads[i])
+        for _ in range(errors[i]):
+            p.add_error(i)
+    load = [loads[i] + errors[i] for i in range(2)]
+    got = p.pick()
+    assert load[got] == min(load)
+
+
+@given(
+    n=st.integers(3, 40),
+    loads=st.lists(st.integers(0, 5), min_size=40, max_size=40),
+    ineligible=st.sets(st.integers(0, 39), max_size=10),
+    seed=st.integers(0, 1000),
+)
+def test_power_of_two_never_takes_the_more_loaded_of_its_two(
+    n: int, loads: list[int], ineligible: set[int], seed: int
+) -> None:
+    """Whatever two slots it draws, it keeps the less loaded: so the single most loaded
+    eligible slot is never picked while another eligible slot exists (it loses every draw it
+    is in), and a pick never goes above the load of the second most loaded."""
+    p = make_picker("p2c", n, random.Random(seed))
+    for i in range(n):
+        p.add_active(i, loads[i])
+        if i in ineligible:
+            p.set_eligible(i, False)
+    eligible_loads = sorted(loads[i] for i in range(n) if i not in ineligible)
+    for _ in range(50):
+        got = p.pick()
+        if not eligible_loads:
+            assert got == -1
+            return
+        assert got not in ineligible
+        if len(eligible_loads) > 1:
+            assert p.active[got] - 1 <= eligible_loads[-2]
+        p.release(got)
+
+
+def test_least_loaded_serves_every_slot_once_per_level_in_a_burst() -> None:
+    """Picks with no releases: the least load runs out every n picks, and each time every slot
+    is queued at the next level, so each gets one pick per level."""
+    p = make_picker("llrr", 5, random.Random(0))
+    rounds = [[p.pick() for _ in range(5)] for _ in range(4)]
+    assert all(sorted(r) == [0, 1, 2, 3, 4] for r in rounds)
+    assert p.active == [4] * 5
+
+
+@pytest.mark.parametrize("errors_at_a_high_level", [True, False])
+def test_least_loaded_keeps_its_queues_bounded(errors_at_a_high_level: bool) -> None:
+    """Stale entries are left at levels that no pick may reach for a long time: a slot that
+    errors toggle high above the others, or (the usual one-request-at-a-time client) the level
+    just above a minimum that never rises. They must not pile up."""
     p = make_picker("llrr", 3, random.Random(0))
     assert isinstance(p, LeastLoaded)
     p.add_error(2)
     p.add_error(2)  # slot 2 sits at load 2 while slots 0 and 1 cycle below it
-    for _ in range(10_000):
-        p.add_error(2)
-        p.drop_error(2)
+    for _ in range(20_000):
+        if errors_at_a_high_level:
+            p.add_error(2)
+            p.drop_error(2)
         p.release(p.pick())
-    assert max(len(q) for q in p._queues) <= 2 * 3 + 8
+    assert sum(len(q) for q in p._queues) <= p._budget_size + 3
 
 
 def test_an_empty_picker_and_bad_arguments() -> None:

@@ -121,6 +121,18 @@ def test_weighted_round_robin_follows_capacity_once_trusted() -> None:
     assert 1.7 < late["w1"] / late["w2"] < 2.3, late
 
 
+def test_a_worker_that_reconnects_starts_its_weight_over() -> None:
+    c = chooser("wrr", blackout=1.0, utilization_feedback=0.0)
+    for t in (0.0, 1.0):
+        c.finished("w1", True, t, LoadReport(qps=300, utilization=0.5))
+        c.finished("w2", True, t, LoadReport(qps=100, utilization=0.5))
+    assert c.weights.weights(["w1", "w2"], 1.0) == pytest.approx([600, 200])
+    c.handle("w1", BackendEvent.REFUSED)
+    c.handle("w1", BackendEvent.CONNECTED)
+    c.finished("w1", True, 1.5, LoadReport(qps=300, utilization=0.5))
+    assert c.weights.weights(["w1", "w2"], 1.5) == pytest.approx([200, 200])  # blacked out
+
+
 def test_set_workers_forgets_the_departed() -> None:
     c = chooser("rr")
     c.handle("w3", BackendEvent.LAME_DUCK)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from corral.common.sim.cli import main
-from corral.common.sim.fleet import FleetConfig, build_fleet
-from corral.common.sim.histogram import text_histogram
-from corral.common.sim.policies_sim import POLICIES, RunConfig, simulate_policies
-from corral.common.sim.subsetting_sim import simulate_subsetting
+from corral.sim.cli import main
+from corral.sim.fleet import FleetConfig, build_fleet
+from corral.sim.histogram import text_histogram
+from corral.sim.policies_sim import POLICIES, RunConfig, simulate_policies
+from corral.sim.subsetting_sim import simulate_subsetting
 
 SUBSETTING_KEYS = {"min", "mean", "max", "min_over_mean", "max_over_mean"}
 POLICY_KEYS = {
@@ -115,7 +115,8 @@ def test_bad_configs() -> None:
     ("command", "options"),
     [
         (["subsetting"], ["--clients", "--backends", "--subset-size", "--algo", "--seed",
-                          "--resize", "--lot-size", "--output", "--plot"]),
+                          "--resize", "--lot-size", "--tradeoff", "--steps", "--output",
+                          "--plot"]),
         (["policies"], ["--policy", "--clients", "--backends", "--subset-size", "--seed",
                         "--failing-backend", "--duration", "--warmup", "--load",
                         "--wrr-feedback", "--output", "--plot"]),
@@ -149,6 +150,23 @@ def test_policies_json_has_exactly_the_issue_keys() -> None:
     assert all(doc[p]["failing_backend_share"] is not None for p in POLICIES)
 
 
+def test_the_tradeoff_of_churn_against_balance() -> None:
+    args = ["subsetting", "--tradeoff", "--clients", "100", "--backends", "100",
+            "--subset-size", "10", "--steps", "10"]  # fmt: skip
+    out = CliRunner().invoke(main, [*args, "-o", "json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    rows = {r["variant"]: r for r in doc["variants"]}
+    assert {"random", "deterministic", "low-churn", "stable, 3 arcs (default)"} <= set(rows)
+    ratio = {v: r["churn_over_minimum"] for v, r in rows.items()}
+    assert ratio["stable, 3 arcs (default)"] < ratio["low-churn"] < ratio["deterministic"]
+    assert rows["deterministic"]["max_over_mean"] == rows["deterministic"]["min_over_mean"] == 1
+    assert all(r["minimum"] == pytest.approx(sum(1 / b for b in range(101, 111)))
+               for r in rows.values())  # fmt: skip
+    text = CliRunner().invoke(main, args)
+    assert text.exit_code == 0 and "÷ minimum" in text.output and "stable, 8 arcs" in text.output
+
+
 def test_text_reports() -> None:
     out = CliRunner().invoke(main, ["subsetting", "--algo", "low-churn", "--resize", "301"])
     assert out.exit_code == 0
@@ -164,6 +182,8 @@ def test_text_reports() -> None:
         ["subsetting", "--subset-size", "0"],
         ["subsetting", "--algo", "sticky"],
         ["subsetting", "--algo", "low-churn", "--lot-size", "3"],
+        ["subsetting", "--tradeoff", "--steps", "0"],
+        ["policies", "--wrr-feedback", "2"],
         ["policies", "--policy", "fastest"],
         ["policies", "--load", "1.5"],
         ["policies", "--backends", "1", "--failing-backend"],
@@ -191,6 +211,11 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     out = CliRunner().invoke(main, ["subsetting", "--algo", "random", "--plot", str(png)])
     assert out.exit_code == 0, out.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    png = tmp_path / "tradeoff.png"
+    args = ["subsetting", "--tradeoff", "--backends", "20", "--clients", "20", "--subset-size"]
+    out = CliRunner().invoke(main, [*args, "4", "--steps", "3", "--plot", str(png)])
+    assert out.exit_code == 0, out.output
+    assert png.read_bytes()[:4] == b"\x89PNG"
     png = tmp_path / "policies.png"
     args = ["policies", "--backends", "5", "--clients", "3", "--subset-size", "2"]
     out = CliRunner().invoke(main, [*args, "--duration", "2", "--warmup", "1", "--plot", str(png)])

@@ -2,7 +2,7 @@
 
 Each client runs a real `corral.common.balancer.Balancer` (the same code a worker embeds) with
 one policy; the backends are multi-core FIFO servers on machines of different speeds (see
-`corral.common.sim.fleet` for the world and where its numbers come from). Backends report
+`corral.sim.fleet` for the world and where its numbers come from). Backends report
 their successful qps, CPU utilization and errors per second every ``report_period`` seconds,
 averaged over the last ``report_window`` seconds, to the clients that use them (``wrr`` builds
 its weights from these; the other policies ignore them).
@@ -29,8 +29,8 @@ from collections import deque
 from dataclasses import dataclass, replace
 
 from corral.common.balancer import Balancer, BalancerConfig, NoBackendAvailable, Request
-from corral.common.sim.fleet import Fleet, FleetConfig, build_fleet, cost_sampler
 from corral.common.weights import LoadReport, WeightConfig
+from corral.sim.fleet import Fleet, FleetConfig, build_fleet, cost_sampler
 
 POLICIES = ("rr", "llrr", "llrr-naive", "wrr", "p2c", "random")
 

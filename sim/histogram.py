@@ -95,3 +95,22 @@ def plot_bars(
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_points(
+    path: str, points: Mapping[str, tuple[float, float]], title: str, xlabel: str, ylabel: str
+) -> None:
+    """One labelled point per entry (e.g. an algorithm's spread against its churn)."""
+    plt = require_matplotlib()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label, (x, y) in points.items():
+        ax.scatter([x], [y], color="#4878a8")
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, 4), fontsize="small")
+    ax.set_title(title, fontsize="medium")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, linewidth=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+

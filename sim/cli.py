@@ -14,16 +14,17 @@ from typing import Any, TypeVar
 import click
 
 from corral.cli.usage import CONTEXT, OneLineErrors
-from corral.common.sim.fleet import FleetConfig
-from corral.common.sim.histogram import (
+from corral.common.subsetting import ALGORITHMS, DEFAULT_LOT_SIZE
+from corral.sim.fleet import FleetConfig
+from corral.sim.histogram import (
     PlotUnavailable,
     plot_bars,
+    plot_points,
     require_matplotlib,
     text_histogram,
 )
-from corral.common.sim.policies_sim import POLICIES, PolicyResult, RunConfig, simulate_policies
-from corral.common.sim.subsetting_sim import SubsettingResult, simulate_subsetting
-from corral.common.subsetting import ALGORITHMS, DEFAULT_LOT_SIZE
+from corral.sim.policies_sim import POLICIES, PolicyResult, RunConfig, simulate_policies
+from corral.sim.subsetting_sim import SubsettingResult, simulate_subsetting, simulate_tradeoff
 
 OUTPUT = click.option(
     "-o",
@@ -109,6 +110,15 @@ def main() -> None:
     show_default=True,
     help="Clients per lot for low-churn (a power of two).",
 )
+@click.option(
+    "--tradeoff",
+    is_flag=True,
+    default=False,
+    help="Instead: every algorithm (and stable with 2 to 8 arcs) through --steps one-backend "
+    "scale-ups from --backends; the spread of connections before, the cumulative churn and its "
+    "minimum. --plot draws churn against spread. [default: off]",
+)
+@_number("--steps", 30, "One-backend scale-ups for --tradeoff.")
 @OUTPUT
 @PLOT
 def subsetting(
@@ -119,12 +129,18 @@ def subsetting(
     seed: int,
     resize: int | None,
     lot_size: int,
+    tradeoff: bool,
+    steps: int,
     output: str,
     plot: str | None,
 ) -> None:
     """Connections per backend under a subsetting algorithm: min / mean / max, min÷mean and
-    max÷mean, and a histogram (the chapter's figures 20-3 to 20-5)."""
+    max÷mean, and a histogram (the chapter's figures 20-3 to 20-5); or (the trade-off flag) what
+    each algorithm pays in balance for low churn over repeated small resizes."""
     _check_plot(plot)
+    if tradeoff:
+        _tradeoff(clients, backends, subset_size, steps, seed, lot_size, output, plot)
+        return
     try:
         result = simulate_subsetting(algo, clients, backends, subset_size, seed, resize, lot_size)
     except ValueError as e:
@@ -136,6 +152,35 @@ def subsetting(
     if plot:
         title = f"{algo} subsetting: {clients} clients, {subset_size} of {backends} backends"
         plot_bars(plot, {title: result.counts}, ylabel="connections")
+        if output == "text":
+            click.echo(f"wrote {plot}")
+
+
+def _tradeoff(clients: int, backends: int, subset_size: int, steps: int, seed: int,
+              lot_size: int, output: str, plot: str | None) -> None:  # fmt: skip
+    try:
+        rows = simulate_tradeoff(clients, backends, subset_size, steps, seed, lot_size)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    if output == "json":
+        doc = {"clients": clients, "backends": backends, "subset_size": subset_size,
+               "steps": steps, "variants": [r.to_json() for r in rows]}  # fmt: skip
+        click.echo(json.dumps(doc))
+    else:
+        click.echo(f"{clients} clients, {subset_size} of {backends} → {backends + steps} "
+                   f"backends, one at a time")  # fmt: skip
+        click.echo(f"{'variant':<26} {'min÷mean':>8} {'max÷mean':>8} {'churn':>8} "
+                   f"{'minimum':>8} {'÷ minimum':>9}")  # fmt: skip
+        for r in rows:
+            click.echo(f"{r.label:<26} {r.min_over_mean:>8.2f} {r.max_over_mean:>8.2f} "
+                       f"{r.churn:>8.1%} {r.minimum:>8.1%} {r.churn / r.minimum:>9.2f}")
+    if plot:
+        points = {r.label: (r.max_over_mean - r.min_over_mean, r.churn / r.minimum)
+                  for r in rows if r.churn / r.minimum < 20}  # fmt: skip
+        title = (f"{steps} one-backend scale-ups from {backends} backends, K = {subset_size}, "
+                 f"{clients} clients")  # fmt: skip
+        plot_points(plot, points, title, xlabel="spread: (max − min) ÷ mean connections",
+                    ylabel="cumulative churn ÷ its minimum")  # fmt: skip
         if output == "text":
             click.echo(f"wrote {plot}")
 
@@ -206,8 +251,8 @@ def _subsetting_text(r: SubsettingResult) -> list[str]:
     "--wrr-feedback",
     0.3,
     "Gain of wrr's utilization feedback; 0 leaves capacity-only weights "
-    "(qps / (utilization + errors/qps)).",
-    click.FloatRange(min=0),
+    "(qps / (utilization + errors/qps)); at most 1, as more would overshoot.",
+    click.FloatRange(0, 1),
 )
 @OUTPUT
 @PLOT

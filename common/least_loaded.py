@@ -1,0 +1,168 @@
+"""Least-loaded round robin (SRE book, chapter 20): among the eligible backends with the
+fewest requests in flight, take turns. ``llrr`` counts recent errors as requests in flight, so
+that a backend that fails fast does not look idle and draw all the traffic (``llrr-naive``
+does not, to show that pitfall). Registered in `corral.common.pickers`.
+
+    >>> import random
+    >>> p = LeastLoaded(3, random.Random(0))
+    >>> [p.pick(), p.pick(), p.pick()]
+    [0, 1, 2]
+    >>> p.release(1)
+    >>> p.pick()
+    1
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import ClassVar
+
+from .picker import Picker
+
+
+class LeastLoaded(Picker):
+    """Round robin among the eligible slots with the least load, load = active + recent errors.
+
+    Buckets by load with an incremental minimum: one FIFO queue of slots per load level, and
+    ``_min``, never above the least load of an eligible slot. A pick pops the head of queue
+    ``_min``; a slot whose load drops (a release, an error that expires) is appended to its new
+    level and so waits behind the others there: round robin among the least loaded. Loads
+    move by one at a time, so each of these is O(1).
+
+    A picked slot is *not* queued at its new level: in use, the least load rarely runs out —
+    releases keep bringing slots down to it — and queueing every picked slot one level up
+    would leave an entry there that goes stale at its release, nearly once per request. When
+    the queue at ``_min`` does run out, `_rise` finds the new least load among the eligible
+    slots and queues every slot at it (those queued there already first, then the others in a
+    rotating order): O(eligible slots), and all of them are served before the next such scan.
+    Measured with 2n requests in flight, released in or out of order: no scan in 100,000
+    picks after the first 2n. The costly case is one eligible slot far below the rest (a
+    backend that just recovered): a scan per pick until it catches up.
+
+    ``_level[i]`` is slot i's load if it is eligible, and its load − `_OFF` (below every
+    queue) if not. An entry in queue L is live while its slot's level is L; the entry a slot
+    leaves behind when its level changes is skipped when popped. Entries appended above the
+    least load may go stale before any pick reaches them, so every queue is compacted after
+    each `_budget_size` such appends: memory O(n), work amortized O(1).
+    """
+
+    name = "llrr"
+    count_errors: ClassVar[bool] = True
+    _OFF = 1 << 40  # far more than any load
+
+    def __init__(self, n: int, rng: random.Random) -> None:
+        super().__init__(n, rng)
+        self._level = [0] * n
+        # Queues reach at least two levels above any slot's level (see `_rise`, `_enqueue`).
+        self._queues: list[deque[int]] = [deque(range(n)), deque(), deque()]
+        self._min = 0  # never above the least load of an eligible slot
+        self._pool = dict.fromkeys(range(n))  # the eligible slots
+        self._rises = 0
+        self._budget = self._budget_size = 16 * n + 1024  # appends left before a compaction
+
+    # pick and release run once per request each, so they are written out in full.
+
+    def pick(self) -> int:
+        low = self._min
+        queue = self._queues[low]
+        level = self._level
+        while queue:
+            i = queue.popleft()
+            if level[i] == low:
+                self.active[i] += 1
+                level[i] = low + 1
+                return i
+        return self._rise()
+
+    def release(self, i: int) -> None:
+        self.active[i] -= 1
+        level = self._level
+        low = level[i] - 1
+        level[i] = low
+        if low >= 0:  # eligible
+            self._queues[low].append(i)
+            if low <= self._min:
+                self._min = low
+            else:  # above the least load: it may go stale before any pick gets there
+                self._budget -= 1
+                if not self._budget:
+                    self._compact()
+
+    def _rise(self) -> int:
+        """The queue at the least load ran out: queue every eligible slot at the new least
+        load, and pick. -1 if no slot is eligible."""
+        pool = self._pool
+        if not pool:
+            return -1
+        level, queues = self._level, self._queues
+        low = min([level[i] for i in pool])
+        while len(queues) < low + 3:
+            queues.append(deque())
+        slots = list(pool)
+        turn = self._rises % len(slots)  # so that no slot always comes first
+        self._rises += 1
+        waiting = [i for i in queues[low] if level[i] == low]
+        fresh = [i for i in slots[turn:] + slots[:turn] if level[i] == low]
+        queues[low] = deque(dict.fromkeys(waiting + fresh))
+        self._min = low
+        return self.pick()  # finds one now
+
+    def _enqueue(self, i: int) -> None:
+        """Queue eligible slot i at its level (its load moved, or it became eligible)."""
+        low = self._level[i]
+        queues = self._queues
+        while len(queues) < low + 3:
+            queues.append(deque())
+        queues[low].append(i)
+        if low < self._min:
+            self._min = low
+        self._budget -= 1
+        if self._budget <= 0:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop every stale or repeated entry, keeping each live slot's earliest place."""
+        level, queues = self._level, self._queues
+        for low, queue in enumerate(queues):
+            queues[low] = deque(dict.fromkeys([i for i in queue if level[i] == low]))
+        self._budget = self._budget_size
+
+    def _move(self, i: int, delta: int) -> None:
+        self._level[i] += delta
+        if self.eligible[i]:
+            self._enqueue(i)
+
+    def add_active(self, i: int, count: int) -> None:
+        self.active[i] += count
+        self._move(i, count)
+
+    def add_error(self, i: int) -> None:
+        self.errors[i] += 1
+        if self.count_errors:
+            self._move(i, 1)
+
+    def drop_error(self, i: int) -> None:
+        self.errors[i] -= 1
+        if self.count_errors:
+            self._move(i, -1)
+
+    def set_eligible(self, i: int, ok: bool) -> None:
+        if ok == self.eligible[i]:
+            return
+        super().set_eligible(i, ok)
+        if ok:
+            self._pool[i] = None
+            self._level[i] += self._OFF
+            self._enqueue(i)
+        else:
+            del self._pool[i]
+            self._level[i] -= self._OFF  # its queued entries go stale
+
+
+class NaiveLeastLoaded(LeastLoaded):
+    """Least-loaded round robin counting only active requests: a backend that fails fast looks
+    idle and takes far more than its share (the chapter's sinkholing pitfall)."""
+
+    name = "llrr-naive"
+    count_errors = False
