@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -53,8 +54,12 @@ def test_console_scripts_explain_themselves(script: str) -> None:
 
 def test_wheel_installs_only_the_corral_namespace(tmp_path: Path) -> None:
     """`pip install .` (a real wheel, not the editable finder) holds only corral/…"""
+    # Built from a copy, so setuptools' build/ and egg-info land in tmp, not in the checkout.
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "out", "*.egg-info", "__pycache__", ".*_cache"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(src)],
         check=True, capture_output=True, timeout=300,
     )
     (wheel,) = tmp_path.glob("corral-*.whl")
