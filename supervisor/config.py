@@ -42,8 +42,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("lease_margin", "seconds", 2.0,
             "extra wait before a silent worker's tasks are given to others"),
     Setting("renew_interval", "seconds", 0.0,
-            "answer a worker's report at least this often (0: lease / 4; workers report "
-            "every lease / 3 by default, so each report is answered)"),
+            "answer a worker's report at least this often (0: lease / 5; workers report "
+            "every lease / 2 by default, so each report is answered)"),
     Setting("report_interval", "seconds", 1.0,
             "the workers' report interval (reconciliation waits this long)", positive),
     Setting("rebalance_tolerance", "number", 0.05,
@@ -119,7 +119,7 @@ class SupervisorConfig:
 
     @property
     def renew_every(self) -> float:
-        return self.renew_interval if self.renew_interval > 0 else self.lease / 4
+        return self.renew_interval if self.renew_interval > 0 else self.lease / 5
 
     def epoch_path(self) -> Path:
         if self.state_file:

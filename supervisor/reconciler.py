@@ -31,7 +31,7 @@ class Reconciler:
         # round trip through a busy supervisor's queue, not about the report interval: a third
         # of the lease (what a worker's periodic report takes) keeps a fleet-wide burst of
         # resets (a warm-up at 100,000 workers) from being sent twice.
-        self.first_wait = max(config.report_interval, config.lease / 3)
+        self.first_wait = max(config.report_interval, config.lease / 3)  # (3.3 s by default)
         self._cap = 16 * self.first_wait
         self._counters = counters
         self._assigner = assigner

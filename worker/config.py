@@ -25,11 +25,14 @@ from corral.common.protocol import MAX_LABELS
 from corral.common.settings import KINDS, Setting, positive, resolve
 
 DEFAULT_MAX_LOAD = 10.0
-# Reports between changes only keep the lease: one every third of it (the supervisor answers
-# any report a quarter of a lease after its last set) renews it in time even if one answer is
-# lost, and a lost worker is found lease + margin after its last report whatever the interval.
-# Changes are reported at once. Before the first lease is known: every second.
-REPORT_FRACTION_OF_LEASE = 1 / 3
+# Reports between changes only keep the lease: one every half of it, each answered by a renewal
+# (the supervisor answers any report a fifth of a lease after its last set), and one more when
+# only a quarter of the lease is left without a renewal since the last report — so one lost
+# answer costs nothing, at two reports and two renewals per lease. A lost worker is found
+# lease + margin after its last report whatever the interval. Changes are reported at once.
+# Before the first lease is known: every second.
+REPORT_FRACTION_OF_LEASE = 1 / 2
+SHORT_LEASE_FRACTION = 1 / 4
 FIRST_REPORT_INTERVAL = 1.0
 MIN_REPORT_INTERVAL, MAX_REPORT_INTERVAL = 0.1, 60.0
 DEFAULT_DRAIN_TIMEOUT = 30.0
@@ -73,7 +76,7 @@ class WorkerConfig:
     exec_template: str | None = None
     max_load: float = DEFAULT_MAX_LOAD
     journal: Path | None = None
-    report_interval: float | None = None  # None: a third of the lease (see above)
+    report_interval: float | None = None  # None: half the lease (see above)
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     on_lease_loss: LeaseLoss = LeaseLoss.STOP
     stop_grace: float = DEFAULT_STOP_GRACE
@@ -231,7 +234,8 @@ SETTINGS: tuple[Setting, ...] = (
             metavar="PATH"),
     Setting("report_interval", "seconds", None,
             "seconds between status reports when nothing changes (changes are reported at "
-            "once) [default: a third of the lease the supervisor grants, 1 s before it]",
+            "once) [default: half the lease the supervisor grants, and once more when only a "
+            "quarter is left unrenewed; 1 s before the first]",
             positive),
     Setting("drain_timeout", "seconds", DEFAULT_DRAIN_TIMEOUT,
             "after SIGTERM, seconds to wait for tasks to be moved away before stopping them"),

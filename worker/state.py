@@ -38,6 +38,7 @@ from .config import (
     MAX_REPORT_INTERVAL,
     MIN_REPORT_INTERVAL,
     REPORT_FRACTION_OF_LEASE,
+    SHORT_LEASE_FRACTION,
     LeaseLoss,
     WorkerConfig,
 )
@@ -88,6 +89,7 @@ class WorkerMachine:
         # Between changes, one report per interval: the configured one, else derived from
         # the lease the supervisor grants (see config.REPORT_FRACTION_OF_LEASE).
         self._interval = cfg.report_interval or FIRST_REPORT_INTERVAL
+        self._lease_length = 0.0  # the lease the supervisor grants (from its sets)
         self._dirty = False
         self._drain_deadline = 0.0
         self._exit_code = ev.EXIT_OK
@@ -255,6 +257,7 @@ class WorkerMachine:
         if expires > self._lease_expires and now < expires:
             out.append(ev.LeaseExtended(expires))  # before any StartTask it allows
         self._lease_expires = max(self._lease_expires, expires)
+        self._lease_length = msg.lease
         if self._cfg.report_interval is None:
             self._interval = min(max(msg.lease * REPORT_FRACTION_OF_LEASE,
                                      MIN_REPORT_INTERVAL), MAX_REPORT_INTERVAL)
@@ -327,6 +330,12 @@ class WorkerMachine:
         self._seq += 1
         self._last_sent_at = now
         self._next_report = now + self._interval
+        if self._lease_held and self._lease_length:
+            # One report more when the lease runs short with no renewal since this report (an
+            # answer was lost or late): once, not in a loop.
+            short = self._lease_expires - self._lease_length * SHORT_LEASE_FRACTION
+            if now < short < self._next_report:
+                self._next_report = short
         self._dirty = False
         return Status(
             worker=self._cfg.worker_id,

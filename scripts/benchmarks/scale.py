@@ -4,7 +4,7 @@ For each fleet size, a real `corral-supervisor` at its default settings (lease 1
 2 s, tick 0.5 s; only `--expect-workers` set, so the warm-up ends once every worker reported)
 and that many emulated workers with 10 tasks each (the ingest benchmark's cheap senders, made
 to behave like workers: they apply instruction sets, assemble sets in parts, report what they
-run with its fencing tokens, every third of the lease as real workers do by default):
+run with its fencing tokens, every half lease as real workers do by default):
 
 - ``cpu_share``: the supervisor's CPU seconds per second in the steady state;
 - ``rss_mb``: its resident memory then;
@@ -42,7 +42,7 @@ from corral.client.errors import ControlFailed, Unreachable
 BIN = Path(sys.executable).parent
 TASKS_PER_WORKER = 10
 LEASE, MARGIN, TICK = 10.0, 2.0, 0.5  # the defaults
-REPORT_INTERVAL = LEASE / 3  # the workers' default
+REPORT_INTERVAL = LEASE / 2  # the workers' default
 
 
 def free_port() -> int:

@@ -324,7 +324,7 @@ def test_renewals_come_at_least_every_renew_interval() -> None:
     start(h, w)
     for _ in range(20):
         h.step(0.5)
-        assert w.lease_until - h.now >= 5.0 - 5.0 / 3 - 1.0 - 1e-9  # lease/3 + a report
+        assert w.lease_until - h.now >= 5.0 - 5.0 / 4 - 1.0 - 1e-9  # lease/5 + a report
 
 
 def test_json_views_keep_the_contract_keys() -> None:

@@ -30,7 +30,7 @@ def test_help_documents_defaults_and_exit_statuses() -> None:
     out = subprocess.run([WORKER, "run", "--help"], capture_output=True, text=True,
                          timeout=WAIT).stdout
     flat = " ".join(out.split())
-    for text in ("--report-interval", "a third of the lease", "[default: 30.0]", "[default: 10.0]",
+    for text in ("--report-interval", "half the lease", "[default: 30.0]", "[default: 10.0]",
                  "[default: stop]", "CORRAL_SUPERVISOR", "--config", "3 refused"):
         assert text in flat, text
 

@@ -23,7 +23,7 @@ def test_precedence_flag_env_file_default(tmp_path: Path) -> None:
     assert cfg.warmup == 2.5  # env over file
     assert cfg.query_interval == 9.0  # file
     assert cfg.tick == 0.5  # default
-    assert cfg.renew_every == 5.0 / 4
+    assert cfg.renew_every == 5.0 / 5
 
 
 @pytest.mark.parametrize(

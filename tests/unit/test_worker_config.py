@@ -21,7 +21,7 @@ def flags(**over: Any) -> dict[str, Any]:
 def test_documented_defaults() -> None:
     cfg = load(flags(), {})
     assert (cfg.report_interval, cfg.drain_timeout, cfg.stop_grace, cfg.max_load) == (
-        None, 30.0, 10.0, 10.0)  # None: a third of the lease the supervisor grants
+        None, 30.0, 10.0, 10.0)  # None: half the lease the supervisor grants
     assert cfg.on_lease_loss is LeaseLoss.STOP and cfg.ready_after is None
     assert cfg.worker_id == default_worker_id() and cfg.journal is None
 

@@ -497,12 +497,16 @@ def test_invariants_hold_for_any_event_sequence(
             assert s.m.next_deadline() > s.now, "nothing left due now: the loop cannot spin"
 
 
-def test_reports_come_every_third_of_the_lease_once_one_is_granted() -> None:
+def test_reports_come_every_half_lease_and_once_more_when_it_runs_short() -> None:
     s = Sim(replace(CFG, report_interval=None))
     s.tick()
     assert s.m.next_deadline() == pytest.approx(101.0)  # 1 s before any lease is known
-    s.send(add=("a",), lease=9.0)
+    s.send(add=("a",), lease=8.0)  # answers the report of t=100: the lease ends at 108
     s.tick()  # the change goes at once
-    assert s.m.next_deadline() == pytest.approx(100.0 + 3.0)  # then every lease / 3
-    s.at(103.0)
+    assert s.m.next_deadline() == pytest.approx(100.0 + 4.0)  # then every lease / 2
+    s.at(104.0)  # its answer is lost: no renewal
     assert s.last is not None and s.last.seq == 3
+    assert s.m.next_deadline() == pytest.approx(108.0 - 2.0)  # once more, a quarter left
+    s.at(106.0)
+    # Not again: next the lease's end (108), then the usual report (110).
+    assert s.last.seq == 4 and s.m.next_deadline() == pytest.approx(108.0)
