@@ -3,6 +3,8 @@ worker state machine (tests/component/fleet.py)."""
 
 from __future__ import annotations
 
+import json
+
 from corral.common.protocol import Instructions, Refusal, Status, make_token, token_epoch
 from corral.supervisor import verbs
 from corral.supervisor.events import Report
@@ -387,3 +389,24 @@ def test_workers_and_tasks_page_and_filter() -> None:
     assert rows(h, "tasks", task="room-1", after=page["next"])["next"] is None
     asg = rows(h, "assignments", task="room-2")
     assert sorted(asg["assignments"]) == [f"room-2{i}" for i in range(10)]
+
+
+def test_a_worker_with_5000_tasks_gets_them_in_parts_and_runs_them_all() -> None:
+    from corral.common.tasklist import TaskEntry
+    from corral.supervisor.dispatch import PART_TASKS
+
+    spec = json.dumps({"url": "rtsp://cam/" + "x" * 200}, separators=(",", ":"))
+    tasks = {f"cam-{i:05d}": TaskEntry(1.0, spec if i % 2 else None) for i in range(5000)}
+    h = Harness(config(), tasks)
+    w = ModelWorker("big", max_load=5000)
+    start(h, w)
+    h.until(lambda: len(w.running) == 5000, limit=10)
+    resets = [m for _, m in h.sent if isinstance(m, Instructions) and m.reset and m.add]
+    parts = [m for m in resets if m.parts > 1]
+    assert parts and len(parts) == parts[0].parts >= 5000 // PART_TASKS
+    assert all(len(m.add) <= PART_TASKS for m in parts)
+    # Reassembled exactly: every task once, each with its token and its spec.
+    assert sorted(t for m in parts for t in m.add) == sorted(tasks)
+    assert {t for m in parts for t in m.specs} == {t for t, e in tasks.items() if e.spec}
+    assert h.core.counters.set_parts == len(parts)
+    assert all(tok > 0 for tok in w.last.running.values())  # type: ignore[union-attr]
