@@ -11,10 +11,17 @@ Socket options, and why (see NOTES.md "ZeroMQ"):
   a short, bounded linger in `close`).
 * ``MAXMSGSIZE``: a peer cannot make the worker buffer more than one maximal frame.
 * ZMTP heartbeats: a half-open TCP connection (the supervisor's host vanished) is dropped and
-  reconnected instead of swallowing reports. Reconnecting is libzmq's, with a capped interval.
+  reconnected instead of swallowing reports. Reconnecting is libzmq's, with a capped interval —
+  except after a protocol error (a frame over ``MAXMSGSIZE``, a broken handshake), where
+  libzmq gives the connection up for good. So a socket that has taken no report for
+  `REOPEN_AFTER_S` is closed and opened again (same routing id): a hostile or broken frame
+  costs the worker a few seconds, not its place in the fleet.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 import zmq
 
@@ -30,6 +37,7 @@ HEARTBEAT_TIMEOUT_MS = 5000
 FINAL_LINGER_MS = 500
 DRAIN_LIMIT = 1000  # messages per wake-up; the poller returns again at once if more wait
 RETRY_S = 0.05  # how soon a report nobody could take is tried again
+REOPEN_AFTER_S = 3.0  # a socket that took no report for this long is opened again
 
 
 def routing_id(worker_id: str, incarnation: int) -> bytes:
@@ -56,29 +64,54 @@ class Channel:
         worker_id: str,
         incarnation: int,
         curve: tuple[bytes, bytes, bytes] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.sockets: list[zmq.Socket[bytes]] = []
-        for endpoint in [endpoints] if isinstance(endpoints, str) else endpoints:
-            sock = ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.ROUTING_ID, routing_id(worker_id, incarnation))
-            sock.setsockopt(zmq.IMMEDIATE, 1)
-            sock.setsockopt(zmq.SNDHWM, SNDHWM)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES + 1024)  # + the envelope's bytes
-            sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
-            sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
-            sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
-            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
-            if curve is not None:  # CurveZMQ: (the supervisor's public key, ours, our secret)
-                sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = curve
-            sock.connect(endpoint)
-            self.sockets.append(sock)
+        self._ctx = ctx
+        self._id = routing_id(worker_id, incarnation)
+        self._curve = curve
+        self._clock = clock
+        self.endpoints = [endpoints] if isinstance(endpoints, str) else list(endpoints)
+        self.sockets: list[zmq.Socket[bytes]] = [self._open(e) for e in self.endpoints]
+        # Per socket: since when no report got through (None: the last one did).
+        self._failing: list[float | None] = [None] * len(self.sockets)
         self.counters: dict[str, int] = dict.fromkeys(
-            ("reports_sent", "reports_dropped", "decode_errors", "unexpected_messages"), 0)
+            ("reports_sent", "reports_dropped", "decode_errors", "unexpected_messages",
+             "reopened"), 0)
         # A report no supervisor could take (with IMMEDIATE=1 that includes the first one, sent
         # before the connection is up): the loop resends it shortly instead of waiting a whole
         # report interval. Only the latest is kept; it is self-contained.
         self.unsent: list[tuple[zmq.Socket[bytes], bytes]] = []
+
+    def _open(self, endpoint: str) -> zmq.Socket[bytes]:
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.ROUTING_ID, self._id)
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+        sock.setsockopt(zmq.SNDHWM, SNDHWM)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES + 1024)  # + the envelope's bytes
+        sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
+        sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        if self._curve is not None:  # CurveZMQ: (the supervisor's public key, ours, our secret)
+            sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = self._curve
+        sock.connect(endpoint)
+        return sock
+
+    def reopen_stale(self) -> list[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]]:
+        """Open again every socket that has taken no report for `REOPEN_AFTER_S`; returns
+        (old, new) pairs, so the loop can poll the new ones instead."""
+        now, swapped = self._clock(), []
+        for i, since in enumerate(self._failing):
+            if since is not None and now - since >= REOPEN_AFTER_S:
+                old = self.sockets[i]
+                old.close(linger=0)
+                self.sockets[i] = self._open(self.endpoints[i])
+                self._failing[i] = now  # give the new connection its own while
+                self.unsent = [(self.sockets[i] if s is old else s, f) for s, f in self.unsent]
+                self.counters["reopened"] += 1
+                swapped.append((old, self.sockets[i]))
+        return swapped
 
     def send(self, status: Status) -> None:
         frame = encode(status)
@@ -93,14 +126,18 @@ class Channel:
             self._send(sock, frame, retry=True)
 
     def _send(self, sock: zmq.Socket[bytes], frame: bytes, retry: bool = False) -> None:
+        i = self.sockets.index(sock)
         try:
             sock.send(frame, zmq.NOBLOCK)
         except zmq.Again:  # unreachable or slow supervisor: the next report replaces this one
             if not retry:
                 self.counters["reports_dropped"] += 1  # once per report, not per attempt
             self.unsent.append((sock, frame))
+            if self._failing[i] is None:
+                self._failing[i] = self._clock()
         else:
             self.counters["reports_sent"] += 1
+            self._failing[i] = None
 
     def receive(self) -> list[Instructions | Refusal]:
         """Everything waiting (up to DRAIN_LIMIT per socket), decoded; bad frames are counted

@@ -124,7 +124,7 @@ class WorkerLoop:
         ctx = zmq.Context()
         stack.callback(ctx.term)
         channel = Channel(ctx, list(self._cfg.supervisors), self._cfg.worker_id,
-                          self.incarnation, self._cfg.curve_keys())
+                          self.incarnation, self._cfg.curve_keys(), clock=self._clock)
         stack.callback(channel.close)
         self._channel_counters = channel.counters
         self._poller = zmq.Poller()
@@ -198,6 +198,9 @@ class WorkerLoop:
                 self._poller.unregister(self._keeper.fileno())
                 self._dispatch(ev.KeeperLost(reason), now, channel)
         if channel.unsent:
+            for old, new in channel.reopen_stale():
+                self._poller.unregister(old)
+                self._poller.register(new, zmq.POLLIN)
             channel.resend()
         if any(sock in ready for sock in channel.sockets):
             for msg in channel.receive():

@@ -407,7 +407,9 @@ def test_worker_reconnects_after_an_oversized_frame(procs: Procs, tmp_path: Path
         wait_until(lambda: (sup.pump(50), sup.last and "a" in sup.last.running)[1],
                    what="the worker runs a")
         # Over ZMQ_MAXMSGSIZE: the worker's libzmq drops the connection without delivering
-        # the frame (nothing to count, nothing buffered); the DEALER connects again.
+        # the frame (nothing to count, nothing buffered), and gives it up for good (a protocol
+        # error); the worker opens its socket again and goes on under a renewed lease.
+        before = sup.last.seq  # type: ignore[union-attr]
         sup.send([b"\0" * (codec.MAX_FRAME_BYTES + 4096)])
         sup.last, sup.patience = None, 0.2
         end = time.monotonic() + 8.0  # longer than the 5 s lease
@@ -415,6 +417,7 @@ def test_worker_reconnects_after_an_oversized_frame(procs: Procs, tmp_path: Path
             with contextlib.suppress(AssertionError):
                 sup.pump(100)
         assert sup.last is not None and sup.last.lease_held and "a" in sup.last.running
+        assert sup.last.seq > before + 5, "no fresh reports: the worker never came back"
         assert proc.alive()
     finally:
         sup.sock.close(0)
