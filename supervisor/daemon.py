@@ -323,9 +323,11 @@ class Daemon:
 
     def _send_queued(self) -> None:
         """Send what is queued, at most MAX_SENDS; a peer found gone becomes `PeerGone`."""
-        q = self._outq
-        for _ in range(min(len(q), MAX_SENDS)):
+        q, sent = self._outq, 0
+        # (A send may find a peer gone, whose handling may send, and drain, in turn.)
+        while q and sent < MAX_SENDS:
             self._send_one(q.popleft())
+            sent += 1
 
     def _send_one(self, a: Send) -> None:
         send, io = self.router.send, self.io

@@ -51,3 +51,24 @@ def test_the_loop_waits_for_deadlines_and_a_signal_stops_it(tmp_path: Path) -> N
         d.close()
     assert (tmp_path / "epoch").read_text().strip() == "1"
     assert sleeps == []  # no batch of reports came, so no coalescing pause
+
+
+def test_sends_to_gone_peers_in_a_queue_are_counted_not_fatal(tmp_path: Path) -> None:
+    # Found by scripts/chaos --seed 11: a send that found its peer gone stepped the core
+    # (PeerGone), whose handling drained the rest of the send queue under the first loop's
+    # feet; the daemon died of an IndexError.
+    from corral.common.protocol import Instructions
+    from corral.supervisor.events import Send
+
+    (tmp_path / "tasks.txt").write_text("a\n")
+    cfg = SupervisorConfig(bind=f"tcp://127.0.0.1:{free_port()}",
+                           control=f"tcp://127.0.0.1:{free_port()}",
+                           tasks=f"file:{tmp_path / 'tasks.txt'}",
+                           state_file=str(tmp_path / "epoch"))
+    d = Daemon(cfg, clock=FakeClock(100.0), sleep=lambda s: None)
+    try:
+        msg = Instructions(1, 1, 7, 10.0, 1, 1.0)
+        d._execute([Send(f"gone-{i}".encode(), msg) for i in range(3)])
+        assert d.io.send_failures == 3 and not d.stopping
+    finally:
+        d.close()
