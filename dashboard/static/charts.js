@@ -1,0 +1,95 @@
+// Small line charts on <canvas>, drawn by hand (no library, nothing fetched): the balance
+// over the last hour. drawChart(canvas, points, key, opts) draws one series of
+// {at_ms, [key]: number} points against the dashboard's clock.
+"use strict";
+
+const Charts = (() => {
+  const WINDOW_MS = 3600 * 1000;
+
+  function niceMax(v, floor) {
+    const m = Math.max(v, floor);
+    const p = Math.pow(10, Math.floor(Math.log10(m)));
+    for (const s of [1, 2, 2.5, 5, 10]) if (s * p >= m) return s * p;
+    return 10 * p;
+  }
+
+  function drawChart(canvas, points, key, opts) {
+    const dpr = window.devicePixelRatio || 1;
+    const w = canvas.clientWidth, h = canvas.clientHeight;
+    if (!w || !h) return;
+    if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(h * dpr)) {
+      canvas.width = Math.round(w * dpr);
+      canvas.height = Math.round(h * dpr);
+    }
+    const g = canvas.getContext("2d");
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.clearRect(0, 0, w, h);
+    const now = opts.now, t0 = now - WINDOW_MS;
+    const pts = points.filter(p => p.at_ms >= t0 && typeof p[key] === "number");
+    const lo = opts.min !== undefined ? opts.min : 0;
+    const hi = niceMax(Math.max(lo, ...pts.map(p => p[key])) - lo, opts.floor || 1) + lo;
+    const left = 34, right = 4, top = 4, bottom = 14;
+    const x = t => left + (w - left - right) * (t - t0) / WINDOW_MS;
+    const y = v => top + (h - top - bottom) * (1 - (v - lo) / (hi - lo));
+    g.font = "10px system-ui, sans-serif";
+    g.fillStyle = "#6b7480";
+    g.strokeStyle = "#eceef1";
+    g.lineWidth = 1;
+    for (const v of [lo, (lo + hi) / 2, hi]) {
+      const yy = Math.round(y(v)) + 0.5;
+      g.beginPath(); g.moveTo(left, yy); g.lineTo(w - right, yy); g.stroke();
+      g.textAlign = "right"; g.textBaseline = "middle";
+      g.fillText(opts.fmt(v), left - 4, yy);
+    }
+    g.textBaseline = "alphabetic";
+    for (const [t, label, align] of [[t0, "−60 min", "left"], [t0 + WINDOW_MS / 2, "−30", "center"],
+                                     [now, "now", "right"]]) {
+      g.textAlign = align;
+      g.fillText(label, Math.min(Math.max(x(t), left), w - right), h - 2);
+    }
+    if (!pts.length) return;
+    g.strokeStyle = opts.color;
+    g.lineWidth = 1.6;
+    g.beginPath();
+    pts.forEach((p, i) => {
+      const px = x(p.at_ms), py = y(p[key]);
+      if (i === 0) g.moveTo(px, py); else g.lineTo(px, py);
+    });
+    g.stroke();
+    const last = pts[pts.length - 1];
+    g.fillStyle = opts.color;
+    g.beginPath(); g.arc(x(last.at_ms), y(last[key]), 2.5, 0, 2 * Math.PI); g.fill();
+  }
+
+  function drawHistogram(canvas, bins, color) {
+    const dpr = window.devicePixelRatio || 1;
+    const w = canvas.clientWidth, h = canvas.clientHeight;
+    if (!w || !h) return;
+    canvas.width = Math.round(w * dpr);
+    canvas.height = Math.round(h * dpr);
+    const g = canvas.getContext("2d");
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.clearRect(0, 0, w, h);
+    const left = 34, bottom = 14, top = 4;
+    const max = Math.max(1, ...bins);
+    const bw = (w - left - 4) / bins.length;
+    g.font = "10px system-ui, sans-serif";
+    g.fillStyle = "#6b7480";
+    g.textAlign = "right"; g.textBaseline = "middle";
+    g.fillText(String(max), left - 4, top + 4);
+    g.fillText("0", left - 4, h - bottom);
+    g.textBaseline = "alphabetic";
+    for (const [i, label] of [[0, "0%"], [bins.length / 2, "50%"], [bins.length, "100%"]]) {
+      g.textAlign = i === 0 ? "left" : i === bins.length ? "right" : "center";
+      g.fillText(label, left + i * bw, h - 2);
+    }
+    g.fillStyle = color;
+    bins.forEach((n, i) => {
+      if (!n) return;
+      const bh = Math.max(1, (h - top - bottom) * n / max);
+      g.fillRect(left + i * bw + 1, h - bottom - bh, Math.max(1, bw - 2), bh);
+    });
+  }
+
+  return { drawChart, drawHistogram, WINDOW_MS };
+})();
