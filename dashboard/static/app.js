@@ -159,7 +159,8 @@
     el.title = text;
     const st = S.status;
     $("#headline").textContent = st ? `${st.phase} · epoch ${st.epoch} · ${st.role === "single" ?
-      "single supervisor" : `${st.role}${st.leader ? ", leader " + st.leader : ""}`}` : "no status yet";
+      "single supervisor" : st.role === "leader" ? `leader ${st.leader}`
+      : `answered by a standby; leader ${st.leader || "unknown"}`}` : "no status yet";
   }
 
   function card(k, v, s, cls) {
@@ -169,7 +170,8 @@
   function renderCards() {
     const st = S.status || {}, sm = S.summary || {};
     const by = sm.by_state || {};
-    const moves = S.history.length ? S.history[S.history.length - 1].moves_per_min : 0;
+    const since = now() - 60000;
+    const moves = S.events.filter(e => e.kind === "move" && e.at_ms >= since).length;
     $("#cards").replaceChildren(
       card("Workers alive", `${(st.workers_active ?? sm.alive ?? 0).toLocaleString("en")} / ${(st.workers_total ?? sm.total ?? 0).toLocaleString("en")}`,
         `${by.inactive || 0} inactive · ${by.drained || 0} drained`,
@@ -178,10 +180,10 @@
         `${(st.tasks_assigned ?? 0).toLocaleString("en")} assigned · ${st.tasks_failing || 0} failing`),
       card("Pending", (st.tasks_pending ?? 0).toLocaleString("en"), "tasks short of replicas",
         st.tasks_pending ? "warn" : "ok"),
-      card("Utilization", Views.pct(sm.mean), `mean · max ${Views.pct(sm.max)} · min ${Views.pct(sm.min)}`),
+      card("Utilization", Views.pct(sm.mean), `mean · range ${Views.pct(sm.min)}–${Views.pct(sm.max)}`),
       card("Spread max÷mean", `${(sm.spread_ratio || 1).toFixed(2)}×`,
         `max − min ${Math.round(100 * (sm.spread_diff || 0))} pt`,
-        st.balanced === false ? "warn" : ""),
+        (sm.spread_ratio || 1) > 1.25 ? "warn" : ""),
       card("Movement", `${moves} /min`, `${st.handoffs || 0} hand-offs · ${st.balanced ? "balanced" : "balancing"}`));
   }
 
