@@ -18,6 +18,7 @@ included, runs on one executor thread, one at a time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -114,10 +115,8 @@ class Follower:
             wait = min(self.due.values()) - time.monotonic()
             if wait > 0:
                 self._wake.clear()
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), min(wait, 1.0))
-                except TimeoutError:
-                    pass
 
     async def stop(self) -> None:
         self._stopping = True

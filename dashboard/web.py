@@ -1,16 +1,17 @@
 """The HTTP side: the page, its JSON API and the event stream (aiohttp).
 
-| route | what |
-|---|---|
-| ``GET /`` | the page (static HTML, CSS and JavaScript from the package) |
-| ``GET /api/stream`` | Server-Sent Events: a ``snapshot`` first, then ``events``, ``fleet``, ``status`` and ``sample`` deltas |
-| ``GET /api/state`` | the snapshot alone (scripts, tests) |
-| ``GET /api/workers`` | one page of the fleet: ``sort``, ``desc``, ``state``, ``zone``, ``q``, ``offset``, ``limit`` |
-| ``GET /api/workers/{id}`` | a worker's drill-down: its row, its tasks, its recent events |
-| ``GET /api/tasks`` | tasks from the supervisor: ``task`` (id prefix), ``worker``, ``pending``, ``after`` |
-| ``GET /api/events`` | the events seen, newest first: ``kind``, ``q``, ``worker``, ``before``, ``limit`` |
-| ``POST /api/actions/{drain,undrain,query}`` | an action; needs the token header (see auth.py) |
-| ``POST /api/auth`` | 204 when the token header is right, 403 otherwise |
+- ``GET /``: the page (static HTML, CSS and JavaScript from the package);
+- ``GET /api/stream``: Server-Sent Events: a ``snapshot`` first, then ``events``, ``fleet``,
+  ``status`` and ``sample`` deltas;
+- ``GET /api/state``: the snapshot alone (scripts, tests);
+- ``GET /api/workers``: one page of the fleet (``sort``, ``desc``, ``state``, ``zone``, ``q``,
+  ``offset``, ``limit``); ``GET /api/workers/{id}``: its row, tasks and recent events;
+- ``GET /api/tasks``: tasks from the supervisor (``task`` id prefix, ``worker``, ``pending``,
+  ``after``);
+- ``GET /api/events``: the events seen, newest first (``kind``, ``q``, ``worker``, ``before``,
+  ``limit``);
+- ``POST /api/actions/{drain,undrain,query}``: an action, with the token header (auth.py);
+  ``POST /api/auth``: 204 when the token header is right, 403 otherwise.
 
 Bad parameters get a 400 with one sentence; nothing a browser sends can stop the server.
 """
