@@ -28,14 +28,16 @@ const Charts = (() => {
     const pts = points.filter(p => p.at_ms >= t0 && typeof p[key] === "number");
     const lo = opts.min !== undefined ? opts.min : 0;
     const hi = niceMax(Math.max(lo, ...pts.map(p => p[key])) - lo, opts.floor || 1) + lo;
-    const left = 34, right = 4, top = 4, bottom = 14;
+    g.font = "10px system-ui, sans-serif";
+    const ticks = [lo, (lo + hi) / 2, hi];
+    const left = 6 + Math.max(...ticks.map(v => g.measureText(opts.fmt(v)).width));
+    const right = 4, top = 6, bottom = 14;
     const x = t => left + (w - left - right) * (t - t0) / WINDOW_MS;
     const y = v => top + (h - top - bottom) * (1 - (v - lo) / (hi - lo));
-    g.font = "10px system-ui, sans-serif";
     g.fillStyle = "#6b7480";
     g.strokeStyle = "#eceef1";
     g.lineWidth = 1;
-    for (const v of [lo, (lo + hi) / 2, hi]) {
+    for (const v of ticks) {
       const yy = Math.round(y(v)) + 0.5;
       g.beginPath(); g.moveTo(left, yy); g.lineTo(w - right, yy); g.stroke();
       g.textAlign = "right"; g.textBaseline = "middle";
@@ -70,13 +72,14 @@ const Charts = (() => {
     const g = canvas.getContext("2d");
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.clearRect(0, 0, w, h);
-    const left = 34, bottom = 14, top = 4;
     const max = Math.max(1, ...bins);
+    g.font = "10px system-ui, sans-serif";
+    const left = 6 + g.measureText(max.toLocaleString("en")).width, bottom = 14, top = 6;
     const bw = (w - left - 4) / bins.length;
     g.font = "10px system-ui, sans-serif";
     g.fillStyle = "#6b7480";
     g.textAlign = "right"; g.textBaseline = "middle";
-    g.fillText(String(max), left - 4, top + 4);
+    g.fillText(max.toLocaleString("en"), left - 4, top + 4);
     g.fillText("0", left - 4, h - bottom);
     g.textBaseline = "alphabetic";
     for (const [i, label] of [[0, "0%"], [bins.length / 2, "50%"], [bins.length, "100%"]]) {

@@ -8,6 +8,13 @@ while the 10,000 workers report once a second each.
 
 Each sender pre-encodes one report per worker and patches only the seq bytes per send, so
 the senders stay cheap enough to saturate the receiver on a 2-core machine.
+
+With ``--dashboards N`` it then starts N real `corral-dashboard` processes following the
+supervisor (the change feed every second, status every 2 s, the 10,000-worker listing paced
+by its own cost) and measures the floods and the 1 Hz CPU share again with them: the ratio
+with and without, and what one dashboard costs, as a share of the ratio. (The dashboards run
+on the same machine, so their own CPU competes with the senders and the supervisor: the cost
+shown is an upper bound.)
 """
 
 from __future__ import annotations
@@ -283,7 +290,41 @@ class SupervisorUnderTest:
         run_senders(self.endpoint, self.workers, self.procs, "paced", seconds, self.seq)
         return (cpu_seconds(self.proc.pid) - cpu0) / (time.monotonic() - w0)
 
+    def start_dashboards(self, n: int) -> None:
+        """N corral-dashboard processes following this supervisor, each listing the fleet."""
+        import importlib.util
+        import urllib.request
+
+        if importlib.util.find_spec("aiohttp") is None:
+            raise SystemExit("ingest: --dashboards needs the dashboard extra: "
+                             "pip install -e '.[dashboard]' (scripts/test installs it)")
+
+        self.dashboards: list[tuple[subprocess.Popen[bytes], str]] = []
+        for _ in range(n):
+            url = f"http://127.0.0.1:{free_port()}"
+            p = subprocess.Popen(
+                [str(BIN / "corral-dashboard"), "--control", self.control, "--listen",
+                 url.removeprefix("http://"), "--timeout", "10", "--log-level", "warning"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.dashboards.append((p, url))
+        deadline = time.monotonic() + 120
+        for _, url in self.dashboards:
+            while True:
+                try:
+                    with urllib.request.urlopen(url + "/api/workers?limit=1", timeout=5) as r:
+                        if json.load(r)["total"] >= self.workers:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the dashboard at {url} never listed the fleet")
+                time.sleep(0.5)
+        print(f"  {n} dashboard(s) following the supervisor", file=sys.stderr)
+
     def close(self) -> None:
+        for p, _ in getattr(self, "dashboards", []):
+            p.terminate()
+            p.wait(10)
         self.proc.terminate()
         self.proc.wait(10)
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -309,14 +350,28 @@ def main() -> None:
     ap.add_argument("--paced-seconds", type=float, default=10.0, help="length of the 1 Hz run")
     ap.add_argument("--repeat", type=int, default=3,
                     help="floods of each receiver, alternating; medians are reported")
+    ap.add_argument("--dashboards", type=int, default=0, metavar="N",
+                    help="then measure again with N corral-dashboard processes following the "
+                    "supervisor (needs the dashboard extra)")
     args = ap.parse_args()
+    if args.dashboards < 0:
+        ap.error("--dashboards must be 0 or more")
     sut = SupervisorUnderTest(args.workers, args.senders)
     raws, sups = [], []
+    dash: dict[str, Any] = {}
     try:
         for _ in range(args.repeat):
             raws.append(measure_raw(args.workers, args.senders, args.seconds))
             sups.append(sut.flood(args.seconds))
         share = sut.cpu_share_at_1hz(args.paced_seconds)
+        if args.dashboards:
+            sut.start_dashboards(args.dashboards)
+            draws, dsups = [], []
+            for _ in range(args.repeat):
+                draws.append(measure_raw(args.workers, args.senders, args.seconds))
+                dsups.append(sut.flood(args.seconds))
+            dash = {"raws": draws, "sups": dsups,
+                    "share": sut.cpu_share_at_1hz(args.paced_seconds)}
     finally:
         sut.close()
     raw_share = raw_cpu_share_at_1hz(args.workers, args.senders, args.paced_seconds)
@@ -331,6 +386,17 @@ def main() -> None:
         "workers": args.workers,
         "senders": args.senders,
     }
+    if dash:
+        with_ratio = statistics.median(dash["sups"]) / statistics.median(dash["raws"])
+        result["dashboards"] = {
+            "count": args.dashboards,
+            "ratio": round(with_ratio, 3),
+            "cost_per_dashboard": round((result["ratio"] - with_ratio) / result["ratio"]
+                                        / args.dashboards, 4),
+            "cpu_share_10k_at_1hz": round(dash["share"], 4),
+            "runs": {"raw": [round(x) for x in dash["raws"]],
+                     "supervisor": [round(x) for x in dash["sups"]]},
+        }
     if args.output == "json":
         print(json.dumps(result, indent=2))
         return
@@ -343,6 +409,14 @@ def main() -> None:
           "(this machine's floor)")
     print(f"  runs (reports/s): raw {result['runs']['raw']}, "
           f"supervisor {result['runs']['supervisor']}")
+    if dash:
+        d = result["dashboards"]
+        print(f"with {d['count']} corral-dashboard(s) following the supervisor:")
+        print(f"  ratio                      : {d['ratio']:.3f}")
+        print(f"  cost of one dashboard      : {d['cost_per_dashboard']:.1%} of the ratio "
+              "(target < 2 %)")
+        print(f"  CPU share at 10k x 1 Hz    : {d['cpu_share_10k_at_1hz']:.3f}")
+        print(f"  runs (reports/s): raw {d['runs']['raw']}, supervisor {d['runs']['supervisor']}")
 
 
 if __name__ == "__main__":
