@@ -167,13 +167,14 @@ class Follower:
         if self.cursor is not None:
             args["after"] = self.cursor
         ans, endpoint = await self._call("events", args)
-        self._found(endpoint)
         now = time.monotonic()
         self.due["events"] = now + self.cfg.events_every
         if self.cursor is not None and endpoint != self._events_from:
             self._events_from = endpoint
+            self._found(endpoint)
             return self._resync(f"the leader is now at {endpoint}")
         if self.cursor is not None and ans["last"] < self.cursor:
+            self._found(endpoint)
             return self._resync("the supervisor's feed started again (a restart)")
         self._events_from = endpoint
         wall = self.wall_ms()
@@ -183,6 +184,7 @@ class Follower:
             self._soon_listing()
         self.cursor = ans["cursor"]
         kept += self.log.add(ans["events"], float(ans["now"]), wall)
+        self._found(endpoint)  # after the backlog, so the page reads in order
         changed: dict[str, dict[str, Any]] = {}
         touched = False
         for ev in kept:

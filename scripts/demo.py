@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import time
 import urllib.request
@@ -28,16 +27,14 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-def start_dashboard(c: Cluster) -> tuple[subprocess.Popen[bytes], str]:
-    """corral-dashboard following the demo's supervisor, with an operator token."""
+def start_dashboard(c: Cluster) -> str:
+    """corral-dashboard following the demo's supervisor, with an operator token; one of the
+    cluster's processes, so it is stopped (by pid) with them. Returns its URL."""
     port = free_port()
     token = c.dir / "dashboard.token"
     token.write_text("demo-token-please-change\n")
-    log = open(c.dir / "dashboard.log", "ab")  # noqa: SIM115 (closed with the process)
-    proc = subprocess.Popen([str(BIN / "corral-dashboard"), "--control", c.control,
-                             "--listen", f"127.0.0.1:{port}", "--token-file", str(token)],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    log.close()
+    c._spawn("dashboard", [str(BIN / "corral-dashboard"), "--control", c.control,
+                           "--listen", f"127.0.0.1:{port}", "--token-file", str(token)])
     url = f"http://127.0.0.1:{port}/"
 
     def up() -> bool:
@@ -48,17 +45,7 @@ def start_dashboard(c: Cluster) -> tuple[subprocess.Popen[bytes], str]:
             return False
 
     wait_until(up, timeout=30)
-    return proc, url
-
-
-def stop(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is not None and proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    return url
 
 
 def main() -> int:
@@ -68,7 +55,6 @@ def main() -> int:
     args = ap.parse_args()
     c = Cluster(TASKS)
     names = list(WORKERS)
-    dashboard: subprocess.Popen[bytes] | None = None
     try:
         say(f"corral demo: a supervisor and {len(WORKERS)} workers on loopback, "
             f"{len(TASKS)} tasks (work dir {c.dir})\n")
@@ -76,7 +62,7 @@ def main() -> int:
                            lease_margin=MARGIN, tick=0.25, report_interval=REPORT)
         for name, cap in WORKERS.items():
             c.start_worker(name, max_load=cap, report_interval=REPORT)
-        dashboard, url = start_dashboard(c)
+        url = start_dashboard(c)
         say(f"dashboard: {url}  (actions token: demo-token-please-change)\n")
         wait_until(lambda: len(c.running(names)) == len(TASKS), timeout=60)
         wait_until(lambda: sum(w["running"] for w in c.ctl("workers")["workers"]) == len(TASKS),
@@ -106,7 +92,6 @@ def main() -> int:
                 time.sleep(3600)
         return 0
     finally:
-        stop(dashboard)
         c.close()
         shutil.rmtree(c.dir, ignore_errors=True)
         say("stopped the dashboard, the supervisor and the workers")
