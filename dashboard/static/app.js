@@ -15,7 +15,7 @@
   };
   const now = () => Date.now() + S.offset;
   const CHARTS = [
-    ["spread_ratio", "Spread max ÷ mean", "#d0453a", v => v.toFixed(2) + "×", { min: 1, floor: 0.1 }],
+    ["spread_ratio", "Spread max ÷ mean", "#d0453a", v => v.toFixed(2) + "×", { min: 1, floor: 0.1, cap: 3 }],
     ["spread_diff", "Spread max − min", "#e0a030", v => Math.round(v * 100) + " pt", { floor: 0.1 }],
     ["pending", "Pending tasks", "#3b7dd8", v => Math.round(v).toLocaleString("en"), { floor: 4 }],
     ["moves_per_min", "Moves per minute", "#8a5a00", v => Math.round(v).toLocaleString("en"), { floor: 4 }],
@@ -41,6 +41,7 @@
       S.events.push(...evs);
       if (S.events.length > 500) S.events.splice(0, S.events.length - 500);
       renderLatest();
+      renderCards();  // moves in the last minute
       const shown = evs.filter(e => matches(e, S.evFilter));
       if (shown.length) { S.evList.unshift(...shown.reverse()); renderEventList(); }
       if (S.drill && evs.some(e => [e.worker, e.to, e.source].includes(S.drill))) openDrill(S.drill);

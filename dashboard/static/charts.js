@@ -4,7 +4,7 @@
 "use strict";
 
 const Charts = (() => {
-  const WINDOW_MS = 3600 * 1000;
+  const WINDOW_MS = 3600 * 1000, MIN_WINDOW_MS = 600 * 1000;
 
   function niceMax(v, floor) {
     const m = Math.max(v, floor);
@@ -24,15 +24,21 @@ const Charts = (() => {
     const g = canvas.getContext("2d");
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.clearRect(0, 0, w, h);
-    const now = opts.now, t0 = now - WINDOW_MS;
+    // the last hour; a younger history is spread over at least 10 minutes, not squeezed
+    const now = opts.now;
+    const first = points.length ? points[0].at_ms : now;
+    const span = Math.max(MIN_WINDOW_MS, Math.min(WINDOW_MS, now - first));
+    const t0 = now - span;
     const pts = points.filter(p => p.at_ms >= t0 && typeof p[key] === "number");
     const lo = opts.min !== undefined ? opts.min : 0;
-    const hi = niceMax(Math.max(lo, ...pts.map(p => p[key])) - lo, opts.floor || 1) + lo;
+    // a cap keeps one wild moment (a fleet starting: mean near 0) from flattening the hour
+    const top_ = Math.min(Math.max(lo, ...pts.map(p => p[key])), opts.cap || Infinity);
+    const hi = niceMax(top_ - lo, opts.floor || 1) + lo;
     g.font = "10px system-ui, sans-serif";
     const ticks = [lo, (lo + hi) / 2, hi];
     const left = 6 + Math.max(...ticks.map(v => g.measureText(opts.fmt(v)).width));
     const right = 4, top = 6, bottom = 14;
-    const x = t => left + (w - left - right) * (t - t0) / WINDOW_MS;
+    const x = t => left + (w - left - right) * (t - t0) / span;
     const y = v => top + (h - top - bottom) * (1 - (v - lo) / (hi - lo));
     g.fillStyle = "#6b7480";
     g.strokeStyle = "#eceef1";
@@ -44,12 +50,16 @@ const Charts = (() => {
       g.fillText(opts.fmt(v), left - 4, yy);
     }
     g.textBaseline = "alphabetic";
-    for (const [t, label, align] of [[t0, "−60 min", "left"], [t0 + WINDOW_MS / 2, "−30", "center"],
+    const mins = Math.round(span / 60000);
+    for (const [t, label, align] of [[t0, `−${mins} min`, "left"],
+                                     [t0 + span / 2, `−${Math.round(mins / 2)}`, "center"],
                                      [now, "now", "right"]]) {
       g.textAlign = align;
       g.fillText(label, Math.min(Math.max(x(t), left), w - right), h - 2);
     }
     if (!pts.length) return;
+    g.save();
+    g.beginPath(); g.rect(left, 0, w - left - right, h - bottom); g.clip();
     g.strokeStyle = opts.color;
     g.lineWidth = 1.6;
     g.beginPath();
@@ -61,6 +71,7 @@ const Charts = (() => {
     const last = pts[pts.length - 1];
     g.fillStyle = opts.color;
     g.beginPath(); g.arc(x(last.at_ms), y(last[key]), 2.5, 0, 2 * Math.PI); g.fill();
+    g.restore();
   }
 
   function drawHistogram(canvas, bins, color) {

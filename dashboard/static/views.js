@@ -96,7 +96,7 @@ const Views = (() => {
       case "timeout": return `${w} inactive (silent ${num(e.silent_s)} s): ${e.tasks} task(s) move`;
       case "move": return `${e.task}: ${e.source || "–"} → ${e.to} · ${e.reason}`;
       case "placed": return `${e.replicas} new replica(s) placed`;
-      case "handoff": return `${e.task} handed over ${e.source} → ${e.to}`;
+      case "handoff": return `${e.task}: ${e.source} → ${e.to} done`;
       case "rebalance": return `rebalance pass: ${e.moves} move(s)`;
       case "tasks": return `task list: +${e.added} −${e.removed} ~${e.respecified} (${e.total} tasks)`;
       case "respec": return `${e.task} restarted with a new spec`;

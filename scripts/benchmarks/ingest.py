@@ -420,15 +420,17 @@ def main() -> None:
         if args.dashboards:
             sut.start_dashboards(args.dashboards)
         dsups: list[float] = []
-        for _ in range(args.repeat):
+        for i in range(args.repeat):
             raws.append(measure_raw(args.workers, args.senders, args.seconds))
-            if args.dashboards:
-                sut.pause_dashboards(True)
-            sups.append(sut.flood(args.seconds))
-            if args.dashboards:
-                sut.pause_dashboards(False)
-                dsups.append(sut.flood(args.seconds))
+            if not args.dashboards:
+                sups.append(sut.flood(args.seconds))
+                continue
+            # with and without in turn, the order swapped every round (drift cancels)
+            for running in (True, False) if i % 2 else (False, True):
+                sut.pause_dashboards(not running)
+                (dsups if running else sups).append(sut.flood(args.seconds))
         if args.dashboards:
+            sut.pause_dashboards(False)
             dash = {"sups": dsups, "share": sut.cpu_share_at_1hz(args.paced_seconds)}
             sut.pause_dashboards(True)
         share = sut.cpu_share_at_1hz(args.paced_seconds)
