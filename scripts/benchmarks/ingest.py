@@ -9,27 +9,20 @@ while the 10,000 workers report once a second each.
 Each sender pre-encodes one report per worker and patches only the seq bytes per send, so
 the senders stay cheap enough to saturate the receiver on a 2-core machine.
 
-With ``--dashboards N`` it starts N real `corral-dashboard` processes following the
-supervisor (the change feed every second, status every 2 s, the 10,000-worker listing paced
-by its own cost) and floods the supervisor twice per round, once with the dashboards stopped
-(SIGSTOP) and once with them running, so both ratios come from the same minutes of a noisy
-machine; it prints both and what one dashboard costs as a share of the ratio. A complete
-listing of the fleet is rare (paced to ~1 % of the supervisor's time, at most one a minute
-at 10,000 workers) and seldom falls inside a 5 s flood, so it is measured apart: the
-supervisor's CPU seconds for one listing, and the share of its time that makes at the pace
-the dashboard keeps. (The dashboards run on the same machine, so their own CPU competes
-with the senders and the supervisor: the cost shown is an upper bound.)
+With ``--dashboards N`` it also floods with N real `corral-dashboard` processes following the
+supervisor, stopped (SIGSTOP) and running in turn, and measures the supervisor's CPU for the
+dashboards' polling and listings directly (see _dashboards.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import multiprocessing as mp
 import os
 import shutil
-import signal
 import statistics
 import struct
 import subprocess
@@ -42,6 +35,7 @@ from typing import Any
 
 import msgpack
 import zmq
+from _dashboards import Dashboards, listing_cpu, polling_cpu, report, summary
 
 BIN = Path(sys.executable).parent
 SEQ_BASE = 1 << 24  # seqs are always msgpack uint32, so they can be patched in place
@@ -269,6 +263,7 @@ class SupervisorUnderTest:
         # every worker joins first (a join is an assignment event, not the steady state)
         run_senders(self.endpoint, workers, procs, "paced", 1.5, SEQ_BASE)
         self.seq = SEQ_BASE + 1_000_000
+        self.dashboards: Dashboards | None = None
         joined = ctl(self.control, "status")["workers_total"]
         print(f"  supervisor: {joined} workers joined", file=sys.stderr)
 
@@ -295,93 +290,23 @@ class SupervisorUnderTest:
         run_senders(self.endpoint, self.workers, self.procs, "paced", seconds, self.seq)
         return (cpu_seconds(self.proc.pid) - cpu0) / (time.monotonic() - w0)
 
-    def start_dashboards(self, n: int) -> None:
-        """N corral-dashboard processes following this supervisor, each listing the fleet."""
-        import importlib.util
-        import urllib.request
-
-        if importlib.util.find_spec("aiohttp") is None:
-            raise SystemExit("ingest: --dashboards needs the dashboard extra: "
-                             "pip install -e '.[dashboard]' (scripts/test installs it)")
-
-        self.dashboards: list[tuple[subprocess.Popen[bytes], str]] = []
-        for _ in range(n):
-            url = f"http://127.0.0.1:{free_port()}"
-            p = subprocess.Popen(
-                [str(BIN / "corral-dashboard"), "--control", self.control, "--listen",
-                 url.removeprefix("http://"), "--timeout", "10", "--log-level", "warning"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            self.dashboards.append((p, url))
-        # Listing 10,000 workers takes a while: the workers keep reporting meanwhile (paced,
-        # once a second each), so no lease lapses before the floods.
+    def start_dashboards(self, n: int) -> Dashboards:
+        """N corral-dashboard processes following this supervisor, each listing the fleet.
+        Listing 10,000 workers takes a while: the workers keep reporting meanwhile (paced,
+        once a second each), so no lease lapses before the floods."""
+        self.dashboards = Dashboards(self.control, n, free_port)
         self.seq += 10_000_000
         keep = threading.Thread(target=run_senders, args=(
             self.endpoint, self.workers, self.procs, "paced", 20.0, self.seq))
         keep.start()
-        deadline = time.monotonic() + 120
-        for _, url in self.dashboards:
-            while True:
-                try:
-                    with urllib.request.urlopen(url + "/api/workers?limit=1", timeout=5) as r:
-                        if json.load(r)["total"] >= self.workers:
-                            break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the dashboard at {url} never listed the fleet")
-                time.sleep(0.5)
+        self.dashboards.wait_listed(self.workers)
         keep.join()
         print(f"  {n} dashboard(s) following the supervisor", file=sys.stderr)
-
-    def pause_dashboards(self, paused: bool) -> None:
-        for p, _ in self.dashboards:
-            p.send_signal(signal.SIGSTOP if paused else signal.SIGCONT)
-
-    def polling_cpu(self, rounds: int = 200) -> float:
-        """The supervisor's CPU seconds for one second of a dashboard's polling (the change
-        feed once, status every other second), from many back to back, less its idle CPU
-        over the same time (no reports arriving meanwhile)."""
-        from corral.client.control import ControlClient
-
-        with ControlClient(self.control, timeout=30) as c:
-            cursor = c.call("events", {"limit": 1})["cursor"]
-            cpu0, w0 = cpu_seconds(self.proc.pid), time.monotonic()
-            for i in range(rounds):
-                cursor = c.call("events", {"after": cursor, "limit": 1000})["cursor"]
-                if i % 2 == 0:
-                    c.call("status")
-            busy, took = cpu_seconds(self.proc.pid) - cpu0, time.monotonic() - w0
-        cpu0 = cpu_seconds(self.proc.pid)
-        time.sleep(took)
-        idle = cpu_seconds(self.proc.pid) - cpu0
-        return max(0.0, busy - idle) / rounds
-
-    def listing_cpu(self, page: int = 2000, repeat: int = 3) -> float:
-        """The supervisor's CPU seconds for one complete listing of the fleet, in pages, as
-        the dashboard asks for it (median of a few, no reports arriving meanwhile)."""
-        from corral.client.control import ControlClient
-
-        costs = []
-        with ControlClient(self.control, timeout=30) as c:
-            for _ in range(repeat):
-                cpu0, after = cpu_seconds(self.proc.pid), None
-                while True:
-                    ans = c.call("workers", {"limit": page, **({"after": after} if after else {})})
-                    after = ans["next"]
-                    if after is None:
-                        break
-                costs.append(cpu_seconds(self.proc.pid) - cpu0)
-        return statistics.median(costs)
+        return self.dashboards
 
     def close(self) -> None:
-        for p, _ in getattr(self, "dashboards", []):
-            p.send_signal(signal.SIGCONT)  # a stopped process would not act on SIGTERM
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(10)
+        if self.dashboards is not None:
+            self.dashboards.close()
         self.proc.terminate()
         self.proc.wait(10)
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -414,29 +339,28 @@ def main() -> None:
     if args.dashboards < 0:
         ap.error("--dashboards must be 0 or more")
     sut = SupervisorUnderTest(args.workers, args.senders)
-    raws, sups = [], []
-    dash: dict[str, Any] = {}
+    raws, sups, dsups = [], [], []  # the bare loop's floods; the supervisor's: without, with
+    dash: dict[str, float] = {}
     try:
-        if args.dashboards:
-            sut.start_dashboards(args.dashboards)
-        dsups: list[float] = []
+        dashboards = sut.start_dashboards(args.dashboards) if args.dashboards else None
         for i in range(args.repeat):
             raws.append(measure_raw(args.workers, args.senders, args.seconds))
-            if not args.dashboards:
+            if dashboards is None:
                 sups.append(sut.flood(args.seconds))
                 continue
             # with and without in turn, the order swapped every round (drift cancels)
             for running in (True, False) if i % 2 else (False, True):
-                sut.pause_dashboards(not running)
+                dashboards.pause(not running)
                 (dsups if running else sups).append(sut.flood(args.seconds))
-        if args.dashboards:
-            sut.pause_dashboards(False)
-            dash = {"sups": dsups, "share": sut.cpu_share_at_1hz(args.paced_seconds)}
-            sut.pause_dashboards(True)
+        if dashboards is not None:
+            dashboards.pause(False)
+            dash["share"] = sut.cpu_share_at_1hz(args.paced_seconds)
+            dashboards.pause(True)
         share = sut.cpu_share_at_1hz(args.paced_seconds)
-        if args.dashboards:
-            dash["listing_cpu_s"] = sut.listing_cpu()
-            dash["polling_cpu_s"] = sut.polling_cpu()
+        if dashboards is not None:
+            cpu = functools.partial(cpu_seconds, sut.proc.pid)
+            dash["listing"] = listing_cpu(sut.control, cpu)
+            dash["polling"] = polling_cpu(sut.control, cpu)
     finally:
         sut.close()
     raw_share = raw_cpu_share_at_1hz(args.workers, args.senders, args.paced_seconds)
@@ -452,23 +376,8 @@ def main() -> None:
         "senders": args.senders,
     }
     if dash:
-        with_ratio = statistics.median(dash["sups"]) / raw
-        listing = dash["listing_cpu_s"]
-        # the dashboard's pace: the listing's duration ÷ its budget (1 %), 2 s to 60 s; its
-        # duration is at least its CPU time, so this share is an upper bound
-        pace = min(max(listing / 0.01, 2.0), 60.0)
-        result["dashboards"] = {
-            "count": args.dashboards,
-            "ratio": round(with_ratio, 3),
-            "cost_per_dashboard": round((result["ratio"] - with_ratio) / result["ratio"]
-                                        / args.dashboards, 4),
-            "cpu_share_10k_at_1hz": round(dash["share"], 4),
-            "listing_cpu_s": round(listing, 3),
-            "listing_share_at_pace": round(listing / pace, 4),
-            "polling_share": round(dash["polling_cpu_s"], 5),
-            "supervisor_share_per_dashboard": round(listing / pace + dash["polling_cpu_s"], 4),
-            "runs": {"supervisor": [round(x) for x in dash["sups"]]},
-        }
+        result["dashboards"] = summary(args.dashboards, result["ratio"], raw, dsups,
+                                       dash["share"], dash["listing"], dash["polling"])
     if args.output == "json":
         print(json.dumps(result, indent=2))
         return
@@ -483,18 +392,7 @@ def main() -> None:
           f"supervisor {result['runs']['supervisor']}"
           + (" (dashboards stopped)" if dash else ""))
     if dash:
-        d = result["dashboards"]
-        print(f"with {d['count']} corral-dashboard(s) following the supervisor:")
-        print(f"  ratio                      : {d['ratio']:.3f}")
-        print(f"  change of the ratio        : {d['cost_per_dashboard']:.1%} per dashboard "
-              "(floods: within this machine's noise)")
-        print(f"  CPU share at 10k x 1 Hz    : {d['cpu_share_10k_at_1hz']:.3f}")
-        print(f"  one complete listing       : {d['listing_cpu_s']:.3f} CPU s of the supervisor, "
-              f"{d['listing_share_at_pace']:.1%} of its time at the dashboard's pace")
-        print(f"  feed + status polling      : {d['polling_share']:.2%} of the supervisor's time")
-        print(f"  => one dashboard takes     : {d['supervisor_share_per_dashboard']:.1%} of the "
-              "supervisor's time: the ingest ratio it can cost (target < 2 %)")
-        print(f"  runs (reports/s): supervisor {d['runs']['supervisor']}")
+        report(result["dashboards"])
 
 
 if __name__ == "__main__":
