@@ -259,10 +259,11 @@
   }
 
   function renderHandoffs() {
-    const t = now();
-    $("#handoffs tbody").replaceChildren(...(S.handoffs || []).map(e => h("tr", {},
+    const t = now(), list = S.handoffs || [];
+    $("#handoffs tbody").replaceChildren(...list.map(e => h("tr", {},
       h("td", {}, e.task), h("td", {}, e.source || "–"), h("td", {}, e.to), h("td", {}, e.reason),
       h("td", {}, Views.age(t - e.at_ms)))));
+    if (!list.length) $("#handoffs tbody").append(h("tr", {}, h("td", { class: "none", colSpan: 5 }, "none in flight")));
   }
 
   function renderActions() {
@@ -309,7 +310,7 @@
     $("#drill-tasks tbody").replaceChildren(...d.tasks.map(t => h("tr", {},
       h("td", {}, t.task), h("td", { class: "num" }, Views.num(t.cost)),
       h("td", { title: Views.owners(t) }, Views.owners(t)), h("td", {}, t.handoff_from || ""))));
-    if (d.more) $("#drill-tasks tbody").append(h("tr", {}, h("td", { colspan: 4 }, "… more (see the Tasks tab)")));
+    if (d.more) $("#drill-tasks tbody").append(h("tr", {}, h("td", { class: "none", colSpan: 4 }, "… more (see the Tasks tab)")));
     $("#drill-events").replaceChildren(...d.events.map(Views.eventItem));
     $("#drill").hidden = false;
   }

@@ -137,6 +137,33 @@ def test_without_the_token_the_page_is_read_only_and_a_forged_post_changes_nothi
     assert not any(w["drained"] for w in cluster.query("workers")["workers"])
     assert "action refused" in dash.proc.output()
 
+    # Read-only views: tasks by id prefix with their owners and fencing tokens (epoch / grant),
+    # the events filtered by kind.
+    from selenium.webdriver.support.ui import Select
+
+    driver.find_element(By.CSS_SELECTOR, 'button[data-tab="tasks"]').click()
+    wait_until(lambda: len(driver.find_elements(By.CSS_SELECTOR, "#tasks tbody tr")) == 21,
+               what="every task listed")
+    driver.find_element(By.ID, "t-task").send_keys("task-1")
+    driver.find_element(By.CSS_SELECTOR, '#task-form button[type="submit"]').click()
+
+    def tasks_shown() -> list[str]:
+        return list(driver.execute_script(
+            "return [...document.querySelectorAll('#tasks tbody tr')]"
+            ".map(r => r.dataset.task + ' ' + r.children[2].innerText)"))
+
+    wait_until(lambda: [t.split()[0] for t in tasks_shown()] == [f"task-1{i}" for i in range(10)],
+               what="the tasks starting with task-1")
+    assert all(" · 1 / " in t for t in tasks_shown())  # epoch 1, its grant number
+    screenshot(driver, "dashboard-tasks")
+    driver.find_element(By.CSS_SELECTOR, 'button[data-tab="events"]').click()
+    wait_until(lambda: "join" in [o.get_attribute("value") for o in
+                                  Select(driver.find_element(By.ID, "e-kind")).options],
+               what="the kinds seen")
+    Select(driver.find_element(By.ID, "e-kind")).select_by_value("join")
+    wait_until(lambda: sorted(k for k, _ in event_kinds(driver, "#events li")) == ["join"] * 3,
+               what="the three joins, filtered")
+
     # A dashboard started without --token-file has no actions at all.
     plain = Dashboard(procs, cluster.control, False, "dashboard-read-only")
     driver.get(plain.url)
