@@ -60,14 +60,18 @@ class Dashboards:
             p.send_signal(signal.SIGSTOP if paused else signal.SIGCONT)
 
     def close(self) -> None:
+        """SIGCONT (a stopped process would not act on SIGTERM) and SIGTERM to each, then
+        SIGKILL to any still there after 10 s."""
         for p, _ in self.procs:
-            p.send_signal(signal.SIGCONT)  # a stopped process would not act on SIGTERM
+            p.send_signal(signal.SIGCONT)
             p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
+        deadline = time.monotonic() + 10
+        while any(p.poll() is None for p, _ in self.procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for p, _ in self.procs:
+            if p.poll() is None:
                 p.kill()
-                p.wait(10)
+            p.wait(10)
 
 
 def polling_cpu(control: str, cpu: Callable[[], float], rounds: int = 200) -> float:
