@@ -1,16 +1,22 @@
-"""The corral demo: a supervisor and three workers on loopback, 35 tasks, one worker killed.
+"""The corral demo: a supervisor and three workers on loopback, 35 tasks, one worker killed,
+and the dashboard following it all (its URL is printed; --keep leaves everything running
+until Ctrl-C, to look at the page).
 
 Run by scripts/demo. Everything it starts is stopped (by pid) when it ends, also on Ctrl-C.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import shutil
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
-from _cluster import Cluster, wait_until
+from _cluster import BIN, Cluster, free_port, wait_until
 
 WORKERS = {"worker-10": 10, "worker-20": 20, "worker-40": 40}
 TASKS = [f"room-{i:02d}" for i in range(35)]
@@ -21,7 +27,32 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
+def start_dashboard(c: Cluster) -> str:
+    """corral-dashboard following the demo's supervisor, with an operator token; one of the
+    cluster's processes, so it is stopped (by pid) with them. Returns its URL."""
+    port = free_port()
+    token = c.dir / "dashboard.token"
+    token.write_text("demo-token-please-change\n")
+    c._spawn("dashboard", [str(BIN / "corral-dashboard"), "--control", c.control,
+                           "--listen", f"127.0.0.1:{port}", "--token-file", str(token)])
+    url = f"http://127.0.0.1:{port}/"
+
+    def up() -> bool:
+        try:
+            with urllib.request.urlopen(url + "api/state", timeout=2) as r:
+                return bool(json.load(r)["conn"]["ok"])
+        except OSError:
+            return False
+
+    wait_until(up, timeout=30)
+    return url
+
+
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--keep", action="store_true",
+                    help="leave the cluster and the dashboard running until Ctrl-C")
+    args = ap.parse_args()
     c = Cluster(TASKS)
     names = list(WORKERS)
     try:
@@ -31,6 +62,8 @@ def main() -> int:
                            lease_margin=MARGIN, tick=0.25, report_interval=REPORT)
         for name, cap in WORKERS.items():
             c.start_worker(name, max_load=cap, report_interval=REPORT)
+        url = start_dashboard(c)
+        say(f"dashboard: {url}  (actions token: demo-token-please-change)\n")
         wait_until(lambda: len(c.running(names)) == len(TASKS), timeout=60)
         wait_until(lambda: sum(w["running"] for w in c.ctl("workers")["workers"]) == len(TASKS),
                    timeout=30)
@@ -53,11 +86,15 @@ def main() -> int:
         say(c.ctl("workers", json_out=False))
         say("$ corralctl status")
         say(c.ctl("status", json_out=False))
+        if args.keep:
+            say(f"\nstill running: the dashboard at {url}; Ctrl-C stops everything")
+            while True:
+                time.sleep(3600)
         return 0
     finally:
         c.close()
         shutil.rmtree(c.dir, ignore_errors=True)
-        say("stopped the supervisor and the workers")
+        say("stopped the dashboard, the supervisor and the workers")
 
 
 if __name__ == "__main__":

@@ -8,11 +8,16 @@ while the 10,000 workers report once a second each.
 
 Each sender pre-encodes one report per worker and patches only the seq bytes per send, so
 the senders stay cheap enough to saturate the receiver on a 2-core machine.
+
+With ``--dashboards N`` it also floods with N real `corral-dashboard` processes following the
+supervisor, stopped (SIGSTOP) and running in turn, and measures the supervisor's CPU for the
+dashboards' polling and listings directly (see _dashboards.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import multiprocessing as mp
@@ -30,6 +35,7 @@ from typing import Any
 
 import msgpack
 import zmq
+from _dashboards import Dashboards, listing_cpu, polling_cpu, report, summary
 
 BIN = Path(sys.executable).parent
 SEQ_BASE = 1 << 24  # seqs are always msgpack uint32, so they can be patched in place
@@ -257,6 +263,7 @@ class SupervisorUnderTest:
         # every worker joins first (a join is an assignment event, not the steady state)
         run_senders(self.endpoint, workers, procs, "paced", 1.5, SEQ_BASE)
         self.seq = SEQ_BASE + 1_000_000
+        self.dashboards: Dashboards | None = None
         joined = ctl(self.control, "status")["workers_total"]
         print(f"  supervisor: {joined} workers joined", file=sys.stderr)
 
@@ -283,7 +290,23 @@ class SupervisorUnderTest:
         run_senders(self.endpoint, self.workers, self.procs, "paced", seconds, self.seq)
         return (cpu_seconds(self.proc.pid) - cpu0) / (time.monotonic() - w0)
 
+    def start_dashboards(self, n: int) -> Dashboards:
+        """N corral-dashboard processes following this supervisor, each listing the fleet.
+        Listing 10,000 workers takes a while: the workers keep reporting meanwhile (paced,
+        once a second each), so no lease lapses before the floods."""
+        self.dashboards = Dashboards(self.control, n, free_port)
+        self.seq += 10_000_000
+        keep = threading.Thread(target=run_senders, args=(
+            self.endpoint, self.workers, self.procs, "paced", 20.0, self.seq))
+        keep.start()
+        self.dashboards.wait_listed(self.workers)
+        keep.join()
+        print(f"  {n} dashboard(s) following the supervisor", file=sys.stderr)
+        return self.dashboards
+
     def close(self) -> None:
+        if self.dashboards is not None:
+            self.dashboards.close()
         self.proc.terminate()
         self.proc.wait(10)
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -309,14 +332,35 @@ def main() -> None:
     ap.add_argument("--paced-seconds", type=float, default=10.0, help="length of the 1 Hz run")
     ap.add_argument("--repeat", type=int, default=3,
                     help="floods of each receiver, alternating; medians are reported")
+    ap.add_argument("--dashboards", type=int, default=0, metavar="N",
+                    help="then measure again with N corral-dashboard processes following the "
+                    "supervisor (needs the dashboard extra)")
     args = ap.parse_args()
+    if args.dashboards < 0:
+        ap.error("--dashboards must be 0 or more")
     sut = SupervisorUnderTest(args.workers, args.senders)
-    raws, sups = [], []
+    raws, sups, dsups = [], [], []  # the bare loop's floods; the supervisor's: without, with
+    dash: dict[str, float] = {}
     try:
-        for _ in range(args.repeat):
+        dashboards = sut.start_dashboards(args.dashboards) if args.dashboards else None
+        for i in range(args.repeat):
             raws.append(measure_raw(args.workers, args.senders, args.seconds))
-            sups.append(sut.flood(args.seconds))
+            if dashboards is None:
+                sups.append(sut.flood(args.seconds))
+                continue
+            # with and without in turn, the order swapped every round (drift cancels)
+            for running in (True, False) if i % 2 else (False, True):
+                dashboards.pause(not running)
+                (dsups if running else sups).append(sut.flood(args.seconds))
+        if dashboards is not None:
+            dashboards.pause(False)
+            dash["share"] = sut.cpu_share_at_1hz(args.paced_seconds)
+            dashboards.pause(True)
         share = sut.cpu_share_at_1hz(args.paced_seconds)
+        if dashboards is not None:
+            cpu = functools.partial(cpu_seconds, sut.proc.pid)
+            dash["listing"] = listing_cpu(sut.control, cpu)
+            dash["polling"] = polling_cpu(sut.control, cpu)
     finally:
         sut.close()
     raw_share = raw_cpu_share_at_1hz(args.workers, args.senders, args.paced_seconds)
@@ -331,6 +375,9 @@ def main() -> None:
         "workers": args.workers,
         "senders": args.senders,
     }
+    if dash:
+        result["dashboards"] = summary(args.dashboards, result["ratio"], raw, dsups,
+                                       dash["share"], dash["listing"], dash["polling"])
     if args.output == "json":
         print(json.dumps(result, indent=2))
         return
@@ -342,7 +389,10 @@ def main() -> None:
     print(f"  bare loop's CPU share there: {result['raw_cpu_share_10k_at_1hz']:.3f}  "
           "(this machine's floor)")
     print(f"  runs (reports/s): raw {result['runs']['raw']}, "
-          f"supervisor {result['runs']['supervisor']}")
+          f"supervisor {result['runs']['supervisor']}"
+          + (" (dashboards stopped)" if dash else ""))
+    if dash:
+        report(result["dashboards"])
 
 
 if __name__ == "__main__":

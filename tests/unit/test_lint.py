@@ -22,13 +22,13 @@ def test_mypy(tmp_path: Path) -> None:
     # mypy cannot see through setuptools' editable-install finder, so give it the installed
     # layout as a tree of links: corral/common -> common/, and so on.
     (tmp_path / "corral").mkdir()
-    for folder in ("common", "cli", "client", "supervisor", "worker", "sim"):
+    for folder in ("common", "cli", "client", "supervisor", "worker", "sim", "dashboard"):
         (tmp_path / "corral" / folder).symlink_to(ROOT / folder)
     out = subprocess.run(
         [str(BIN / "mypy"), "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
          str(ROOT / ".mypy_cache"), "-p", "corral.common", "-p", "corral.cli",
          "-p", "corral.client", "-p", "corral.supervisor", "-p", "corral.worker",
-         "-p", "corral.sim"],
+         "-p", "corral.sim", "-p", "corral.dashboard"],
         cwd=tmp_path, env={**os.environ, "MYPYPATH": str(tmp_path)},
         capture_output=True, text=True, timeout=600,
     )

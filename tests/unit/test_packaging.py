@@ -14,8 +14,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"common": "corral.common", "cli": "corral.cli", "client": "corral.client",
-           "supervisor": "corral.supervisor", "worker": "corral.worker", "sim": "corral.sim"}
-SCRIPTS = ["corral-supervisor", "corral-worker", "corralctl", "corral-sim"]
+           "supervisor": "corral.supervisor", "worker": "corral.worker", "sim": "corral.sim",
+           "dashboard": "corral.dashboard"}
+SCRIPTS = ["corral-supervisor", "corral-worker", "corralctl", "corral-sim", "corral-dashboard"]
 
 
 def _pyproject() -> dict:  # type: ignore[type-arg]
@@ -69,6 +70,9 @@ def test_wheel_installs_only_the_corral_namespace(tmp_path: Path) -> None:
     assert "corral/__init__.py" not in names  # a namespace package
     for name in FOLDERS.values():
         assert name.replace(".", "/") + "/__init__.py" in names
+    # the dashboard's page ships in the package: no CDN, no build step
+    for asset in ("index.html", "app.js", "views.js", "charts.js", "style.css"):
+        assert f"corral/dashboard/static/{asset}" in names
 
 
 # -- layering --------------------------------------------------------------------------------
@@ -121,13 +125,16 @@ def test_common_is_pure() -> None:
     # sim/ (click, files, exits) sits outside the pure core: corral.common, and corral.cli's
     # plumbing for its command line, only.
     ("sim", "supervisor"), ("sim", "worker"), ("sim", "client"),
+    # the dashboard may import corral.common and corral.client only
+    ("dashboard", "supervisor"), ("dashboard", "worker"), ("dashboard", "cli"),
 ])
 def test_layers_import_only_what_they_may(a: str, b: str) -> None:
     problems = [
         f"{p.relative_to(ROOT)}:{line} imports {name}"
         for p in _py_files(a)
         for line, name in _imports(p)
-        if name.startswith((f"corral.{b}", f"..{b}")) or name == b
+        if name.split(".")[:2] == ["corral", b] or name == b
+        or (name.startswith("..") and name.lstrip(".").split(".")[0] == b)
     ]
     assert problems == []
 

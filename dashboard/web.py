@@ -1,0 +1,249 @@
+"""The HTTP side: the page, its JSON API and the event stream (aiohttp).
+
+- ``GET /``: the page (static HTML, CSS and JavaScript from the package);
+- ``GET /api/stream``: Server-Sent Events: a ``snapshot`` first, then ``events``, ``fleet``,
+  ``status`` and ``sample`` deltas;
+- ``GET /api/state``: the snapshot alone (scripts, tests);
+- ``GET /api/workers``: one page of the fleet (``sort``, ``desc``, ``state``, ``zone``, ``q``,
+  ``offset``, ``limit``); ``GET /api/workers/{id}``: its row, tasks and recent events;
+- ``GET /api/tasks``: tasks from the supervisor (``task`` id prefix, ``worker``, ``pending``,
+  ``after``);
+- ``GET /api/events``: the events seen, newest first (``kind``, ``q``, ``worker``, ``before``,
+  ``limit``);
+- ``POST /api/actions/{drain,undrain,query}``: an action, with the token header (auth.py);
+  ``POST /api/auth``: 204 when the token header is right, 403 otherwise.
+
+Bad parameters get a 400 with one sentence; nothing a browser sends can stop the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from corral.client import ControlFailed, Unreachable
+from corral.common import logs
+
+from . import auth, stream
+from .follower import Follower
+
+if TYPE_CHECKING:
+    import socket
+
+    from corral.client import ControlClient
+
+    from .cli import DashboardConfig
+
+STATIC = Path(str(resources.files("corral.dashboard") / "static"))
+KEEPALIVE_S = 15.0
+MAX_PAGE = 500
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+                               "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+}
+ACTIONS = {"drain": True, "undrain": True, "query": False}  # verb -> takes a worker
+FOLLOWER = web.AppKey("follower", Follower)
+HUB = web.AppKey("hub", stream.Hub)
+TOKEN = web.AppKey("token", str)
+log = logs.get("dashboard.web")
+
+
+class BadRequest(ValueError):
+    pass
+
+
+def _int(req: web.Request, name: str, default: int, lo: int = 0, hi: int = 1 << 31) -> int:
+    raw = req.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer, not {raw[:40]!r}") from None
+    if not lo <= value <= hi:
+        raise BadRequest(f"{name} must be between {lo} and {hi}")
+    return value
+
+
+def _flag(req: web.Request, name: str) -> bool:
+    return req.query.get(name, "") in ("1", "true", "yes", "on")
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def guard(request: web.Request,
+                handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                ) -> web.StreamResponse:
+    """Security headers on every answer; bad input becomes a 400, an unreachable supervisor a
+    503, a refused request a 409, never a crash."""
+    try:
+        resp = await handler(request)
+    except BadRequest as exc:
+        resp = _error(400, str(exc))
+    except Unreachable as exc:
+        resp = _error(503, f"supervisor unreachable: {exc}")
+    except ControlFailed as exc:
+        resp = _error(404 if exc.error.code == "not_found" else 409, str(exc))
+    for k, v in SECURITY_HEADERS.items():
+        resp.headers.setdefault(k, v)
+    return resp
+
+
+async def index(request: web.Request) -> web.StreamResponse:
+    return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+def _snapshot(app: web.Application) -> dict[str, Any]:
+    return {**app[FOLLOWER].snapshot(), "actions": bool(app[TOKEN])}
+
+
+async def state(request: web.Request) -> web.Response:
+    return web.json_response(_snapshot(request.app))
+
+
+async def events_stream(request: web.Request) -> web.StreamResponse:
+    hub = request.app[HUB]
+    if hub.full():
+        return _error(503, f"too many browsers ({hub.max_browsers}) on this dashboard")
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                       "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    await resp.prepare(request)
+    sub = hub.subscribe()
+    sub.task = asyncio.current_task()
+    try:
+        await resp.write(f"retry: {stream.RETRY_MS}\n\n".encode())
+        hub.send(sub, "snapshot", _snapshot(request.app))
+        while not sub.dropped:
+            try:
+                payload = await asyncio.wait_for(sub.queue.get(), KEEPALIVE_S)
+            except TimeoutError:
+                payload = b": keep-alive\n\n"
+            await resp.write(payload)
+    except (asyncio.CancelledError, ConnectionResetError):
+        if sub.dropped:
+            log.info("browser dropped: it fell behind", peer=request.remote)
+    finally:
+        hub.unsubscribe(sub)
+    return resp
+
+
+async def workers(request: web.Request) -> web.Response:
+    f = request.app[FOLLOWER]
+    page = f.fleet.page(sort=request.query.get("sort", "id"), desc=_flag(request, "desc"),
+                        state=request.query.get("state", ""), zone=request.query.get("zone", ""),
+                        q=request.query.get("q", ""), offset=_int(request, "offset", 0),
+                        limit=_int(request, "limit", 100, 1, MAX_PAGE))
+    return web.json_response({**page, "summary": f.fleet.summary(),
+                              "now_ms": round(f.wall_ms())})
+
+
+async def worker(request: web.Request) -> web.Response:
+    f = request.app[FOLLOWER]
+    wid = request.match_info["id"]
+    row = f.fleet.rows.get(wid)
+    if row is None:
+        return _error(404, f"no worker {wid!r}")
+    tasks = await f.call("tasks", {"worker": wid, "limit": _int(request, "limit", 200, 1,
+                                                                      MAX_PAGE)})
+    return web.json_response({"worker": row, "tasks": tasks["tasks"], "more": tasks["next"],
+                              "events": f.log.query(worker=wid, limit=50),
+                              "now_ms": round(f.wall_ms())})
+
+
+async def tasks(request: web.Request) -> web.Response:
+    args: dict[str, Any] = {"limit": _int(request, "limit", 100, 1, MAX_PAGE)}
+    for name in ("task", "worker", "after"):
+        if request.query.get(name):
+            args[name] = request.query[name]
+    if _flag(request, "pending"):
+        args["pending"] = True
+    return web.json_response(await request.app[FOLLOWER].call("tasks", args))
+
+
+async def events(request: web.Request) -> web.Response:
+    f = request.app[FOLLOWER]
+    before = _int(request, "before", 0) or None
+    found = f.log.query(kind=request.query.get("kind", ""), q=request.query.get("q", ""),
+                        worker=request.query.get("worker", ""), before=before,
+                        limit=_int(request, "limit", 100, 1, MAX_PAGE))
+    return web.json_response({"events": found, "newest": f.log.n})
+
+
+async def check_auth(request: web.Request) -> web.Response:
+    why = auth.check(request.headers, request.app[TOKEN] or None, request.host)
+    return _error(403, why) if why else web.Response(status=204)
+
+
+async def action(request: web.Request) -> web.Response:
+    verb = request.match_info["verb"]
+    why = auth.check(request.headers, request.app[TOKEN] or None, request.host)
+    if why:
+        log.warning("action refused", action=verb, peer=request.remote, reason=why)
+        return _error(403, why)
+    if verb not in ACTIONS:
+        return _error(404, f"no action {verb!r}; actions: {', '.join(ACTIONS)}")
+    args: dict[str, Any] = {}
+    if ACTIONS[verb]:
+        body: Any = None
+        with contextlib.suppress(ValueError):
+            body = await request.json()
+        worker_id = body.get("worker") if isinstance(body, dict) else None
+        if not isinstance(worker_id, str) or not worker_id:
+            raise BadRequest(f'{verb}: send {{"worker": "ID"}} as JSON')
+        args["worker"] = worker_id
+    try:
+        result = await request.app[FOLLOWER].act(verb, args)
+    except (ControlFailed, Unreachable) as exc:
+        log.warning("action failed", action=verb, peer=request.remote, error=str(exc), **args)
+        raise
+    log.info("action", action=verb, peer=request.remote, **args)
+    return web.json_response({"ok": True, "result": result})
+
+
+def make_app(follower: Follower, hub: stream.Hub, token: str | None) -> web.Application:
+    app = web.Application(middlewares=[guard], client_max_size=64 * 1024)
+    app[FOLLOWER], app[HUB], app[TOKEN] = follower, hub, token or ""
+    app.router.add_get("/", index)
+    app.router.add_static("/static", STATIC)
+    app.router.add_get("/api/stream", events_stream)
+    app.router.add_get("/api/state", state)
+    app.router.add_get("/api/workers", workers)
+    app.router.add_get("/api/workers/{id}", worker)
+    app.router.add_get("/api/tasks", tasks)
+    app.router.add_get("/api/events", events)
+    app.router.add_post("/api/auth", check_auth)
+    app.router.add_post("/api/actions/{verb}", action)
+
+    async def follow(app: web.Application) -> Any:
+        task = asyncio.create_task(follower.run())
+        yield
+        await follower.stop()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    app.cleanup_ctx.append(follow)
+    return app
+
+
+def serve(cfg: DashboardConfig, sock: socket.socket, client: ControlClient) -> None:
+    """Serve on the bound socket until SIGTERM or SIGINT."""
+    hub = stream.Hub()
+    follower = Follower(client, hub, cfg.follow)
+    host, port = sock.getsockname()[:2]
+    log.info("dashboard serving", url=f"http://{host}:{port}/", control=",".join(cfg.control),
+             actions=cfg.token is not None)
+    web.run_app(make_app(follower, hub, cfg.token), sock=sock, shutdown_timeout=1.0,
+                print=None, access_log=None)
