@@ -169,7 +169,8 @@ class Assigner:
         elif self._feed.enabled:
             for w, d in diff.workers.items():
                 for task in d.add:
-                    self._feed.add("move", task=task, to=w, source=source, reason=reason)
+                    self._feed.add("move", task=task, to=w, source=source, reason=reason,
+                                   cost=self.placement.tasks.get(task))
 
     # -- task lists ----------------------------------------------------------------------------
 
@@ -310,7 +311,7 @@ class Assigner:
             handoffs.start(m.task, m.source)
             self._diff.add(m.target, m.task)
             self._feed.add("move", task=m.task, to=m.target, source=m.source,
-                           reason="rebalance")
+                           reason="rebalance", cost=p.tasks.get(m.task))
             started += 1
         self._counters.tasks_moved += started
         self._counters.rebalance_moves += started

@@ -220,6 +220,11 @@ class Queries:
                 failing.update(rec.status.failures)
         return len(failing)
 
+    def handoff_tasks(self, after: str | None = None) -> Iterator[str]:
+        """Tasks in a make-before-break hand-off, in id order (few: no cache needed)."""
+        return (t for t in sorted(self._core.assigner.handoffs.tasks)
+                if after is None or t > after)
+
     def owners(self, task: str) -> tuple[str, ...]:
         return tuple(self._core.assigner.placement.owners(task))
 

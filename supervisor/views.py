@@ -107,8 +107,9 @@ def workers(q: Queries, now: float, limit: int | None = None, after: str | None 
 
 def tasks(q: Queries, worker: str | None = None, pending: bool = False,
           prefix: str | None = None, limit: int | None = None,
-          after: str | None = None) -> dict[str, Any]:
-    views = (q.task(t) for t in q.task_ids(prefix, after, worker))
+          after: str | None = None, handoffs: bool = False) -> dict[str, Any]:
+    ids = q.handoff_tasks(after) if handoffs else q.task_ids(prefix, after, worker)
+    views = (q.task(t) for t in ids)
     if pending:
         views = (v for v in views if v is not None and v.missing)
     rows, more = _page((v for v in views if v is not None), limit)
@@ -152,4 +153,5 @@ def events(q: Queries, now: float, after: int | None = None,
            limit: int | None = None) -> dict[str, Any]:
     page = q.events(after, limit or 1000)
     page["now"] = now
+    page["epoch"] = q.lifecycle()[1]  # a reader sees a new leader or a restart by it
     return page

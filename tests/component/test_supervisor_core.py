@@ -410,3 +410,19 @@ def test_a_worker_with_5000_tasks_gets_them_in_parts_and_runs_them_all() -> None
     assert {t for m in parts for t in m.specs} == {t for t, e in tasks.items() if e.spec}
     assert h.core.counters.set_parts == len(parts)
     assert all(tok > 0 for tok in w.last.running.values())  # type: ignore[union-attr]
+
+
+def test_tasks_in_a_hand_off_are_listed_and_the_feed_says_who_moved_what() -> None:
+    h = Harness(config(replicas=1), dict(TASKS))
+    a, b = ModelWorker("a"), ModelWorker("b", max_load=20)
+    start(h, a, b)
+    cursor = rows(h, "events")["cursor"]
+    rows(h, "drain", worker="a")
+    moving = {t["task"] for t in rows(h, "tasks", handoffs=True)["tasks"]}
+    assert moving == set(a.running) and all(
+        t["handoff_from"] == "a" for t in rows(h, "tasks", handoffs=True)["tasks"])
+    page = rows(h, "events", after=cursor)
+    moves = [e for e in page["events"] if e["kind"] == "move"]
+    assert {e["task"] for e in moves} == moving and all(e["cost"] == 1.0 for e in moves)
+    assert page["epoch"] == h.core.life.epoch and page["missed"] == 0
+    h.until(lambda: not rows(h, "tasks", handoffs=True)["tasks"], limit=10)
