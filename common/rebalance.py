@@ -1,90 +1,381 @@
-"""Rebalancing: move replicas from the most to the least utilized workers, within a budget.
+"""Rebalancing: budgeted passes that end exactly at the balance criterion's fixed point.
 
-Used when a worker joins or its capacity changes. Pure: `plan_moves` reads and updates loads
-and owners through the `Placement` it is given and returns the moves in order. A move is made
-only if it lowers the higher of the two workers' utilizations, so a rebalance never raises the
-maximum utilization, and it stops once the spread is within ``tolerance``.
+The criterion is stated in `placement`. A *useful move* takes one replica of a task from an
+eligible worker a to a worker b that may take it — open (eligible, max_load > 0), room for
+it, not excluded from the task, every label it requires, no replica of it yet, and a zone key
+no worse than a's (`zones`: the move does not lower the task's spread) — and lowers the larger
+of the two utilizations by more than the tolerance:
 
-Cost: two heaps built once per call (O(W)), then O(log W) per move plus a scan of the source's
-tasks; entries made stale by a move are skipped when they reach the top.
+    gain = max(u_a, u_b) − max(u_a − c/cap_a, u_b + c/cap_b) > tolerance
+
+A *repair* moves a replica of a zone-degraded task from its fullest domain to a live domain
+holding two fewer (capacity permitting); it always improves the task's spread.
+
+A pass makes repairs first (safety before balance), then balance moves, up to the budget, and
+never moves two replicas of one task (make-before-break needs the task's other replicas in
+place while one is handed over; the next pass may move another). Balance moves go source by
+source, most utilized first; each source makes its best useful move: the largest gain, then
+the lowest utilization after the move on the target. The search is exhaustive, not a
+shortlist: targets are scanned in order of ``(load + c_min) / cap`` (c_min the smallest task
+cost), which bounds every target's utilization after any move from below, so the scan stops
+exactly when no later target can do better. A source with no useful move is set aside and
+looked at again only if a later move lowers some worker's utilization below what it could
+use; nothing else can make a move useful again within a pass. So a pass ends early (fewer
+moves than its budget) only when no useful move and no repair is left — except for tasks it
+already moved one replica of, and ``pinned`` ones. A pass that makes no move at all is the
+fixed point (given ``pinned``).
+
+Each move lowers the sorted vector of utilizations lexicographically (both workers end below
+the source's old utilization), and each repair improves one task's spread while balance
+moves never lower any, so passes terminate.
+
+Cost: a pass starts with an O(W) check that returns at once when no move can be useful (the
+most utilized worker is within the tolerance of the lowest possible utilization after a
+move); otherwise it sorts the open workers (O(W log W)), then pays per source looked at the
+scan of its tasks and of the targets in its useful band.
 """
 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from collections.abc import Container
-from typing import TYPE_CHECKING
 
 from .diff import Move
+from .ledger import Ledger, Snapshot
 from .strategies import EPS
+from .zones import domain
 
-if TYPE_CHECKING:
-    from .placement import Placement
+# Orders break ties by max_load, then zone, before the worker's name, so that what happens
+# does not depend on names (see strategies.WaterLevel).
+Entry = tuple[float, float, str, str]  # (key for the smallest cost, -max_load, zone, worker)
 
-CANDIDATES = 8  # least utilized targets tried for one source before giving up on it
+
+def quick_balanced(book: Ledger, tolerance: float) -> bool:
+    """True if no balance move can be useful, by bounds alone (O(W)); False means "look"."""
+    if not book.costs:
+        return True
+    cmin = min(book.costs)
+    cap, load, tasks_of = book.cap, book.load, book.tasks_of
+    lowest, top = float("inf"), float("-inf")
+    for w in book.open:
+        c, lw = cap[w], load[w]
+        if lw + cmin <= c + EPS:
+            lowest = min(lowest, (lw + cmin) / c)
+        if tasks_of[w]:
+            top = max(top, lw / c)
+    return top - tolerance <= lowest + EPS
 
 
-def plan_moves(p: Placement, tolerance: float, budget: int, pinned: Container[str]) -> list[Move]:
-    open_workers = [w for w in p.eligible() if p.max_load(w) > 0]
-    moves: list[Move] = []
-    if len(open_workers) < 2 or budget <= 0:
+class Search:
+    """One pass: targets grouped by top zone domain and sorted by their key for the smallest
+    cost, sources in a max-heap by utilization, and the moves made so far."""
+
+    def __init__(self, book: Ledger, tolerance: float, pinned: Container[str],
+                 journal: Snapshot | None = None, once: bool = True) -> None:
+        self.book = book
+        self.tol = tolerance
+        self.pinned = pinned
+        self.journal = journal  # dry runs record what they change, to put it back
+        self.once = once  # at most one replica of a task moves (a pass, not a dry run)
+        self.moved: dict[str, None] = {}  # tasks with a replica moved in this pass
+        self.stuck: dict[str, None] = {}  # sources found with no useful move
+        self.cmin = min(book.costs) if book.costs else 1.0
+        topo = book.topo
+        tops = sorted({book.top_of[w] for w in book.open}) if topo.zoned else [""]
+        self.groups: dict[str, list[Entry]] = {g: [] for g in tops}
+        self.entry: dict[str, Entry] = {}
+        for w in book.open:
+            self._put(w)
+        for lst in self.groups.values():
+            lst.sort()
+        util = book.util
+        self.heap = [(-util(w), -book.cap[w], book.zone_of[w], w)
+                     for w in book.open if book.tasks_of[w]]
+        heapq.heapify(self.heap)
+        self.room: dict[tuple[int, str], float] | None = None  # for repairs, built on demand
+
+    # -- target lists -------------------------------------------------------------------------
+
+    def _group(self, worker: str) -> list[Entry]:
+        return self.groups[self.book.top_of[worker] if self.book.topo.zoned else ""]
+
+    def _put(self, worker: str) -> None:
+        book = self.book
+        cap, load = book.cap[worker], book.load[worker]
+        if load + self.cmin <= cap + EPS:
+            e = ((load + self.cmin) / cap, -cap, book.zone_of[worker], worker)
+            self.entry[worker] = e
+            insort(self._group(worker), e)
+
+    def _reposition(self, worker: str) -> None:
+        old = self.entry.pop(worker, None)
+        if old is not None:
+            lst = self._group(worker)
+            del lst[bisect_left(lst, old)]
+        self._put(worker)
+
+    def lowest(self) -> float:
+        return min((lst[0][0] for lst in self.groups.values() if lst), default=float("inf"))
+
+    # -- moves --------------------------------------------------------------------------------
+
+    def apply(self, move: Move) -> None:
+        book, (task, a, b) = self.book, (move.task, move.source, move.target)
+        j = self.journal
+        if j is not None:
+            if task not in j.owners:
+                j.owners[task] = list(book.owners[task])
+            for w in (a, b):
+                if w not in j.workers:
+                    j.workers[w] = (dict(book.tasks_of[w]), book.load[w])
+        book.unlink(task, a)
+        book.link(task, b)
+        self.moved[task] = None
+        util = book.util
+        for w in (a, b):
+            self._reposition(w)
+            if book.tasks_of[w]:
+                heapq.heappush(self.heap, (-util(w), -book.cap[w], book.zone_of[w], w))
+        if self.room is not None:  # a's room grew: keep `room` an upper bound
+            free = book.cap[a] - book.load[a]
+            for key in self._domains(a):
+                if self.room.get(key, float("-inf")) < free:
+                    self.room[key] = free
+        # Nothing but a lower utilization somewhere, or a change in who owns the moved task,
+        # can give a stuck source a useful move: a's utilization fell, so a stuck source
+        # above it may now move to a; the task's other owners may now move it elsewhere.
+        threshold = (book.load[a] + self.cmin) / book.cap[a] + self.tol + EPS
+        for s in [s for s in self.stuck if util(s) > threshold or s in book.owners[task]]:
+            del self.stuck[s]
+            heapq.heappush(self.heap, (-util(s), -book.cap[s], book.zone_of[s], s))
+
+    def _admissible(self, task: str, worker: str) -> bool:
+        book = self.book
+        if worker in book.owners[task]:
+            return False
+        ex = book.excluded.get(task)
+        if ex and worker in ex:
+            return False
+        need = book.need.get(task)
+        return not need or need <= book.labels[worker]
+
+    def _compatible(self, a: str, tasks: dict[float, list[str]], group: str
+                    ) -> dict[float, list[tuple[str, bool]]]:
+        """``a``'s tasks that a worker of top domain ``group`` may take without lowering their
+        spread at the top level; True marks those whose deeper levels need a per-worker look."""
+        book = self.book
+        top, deep = book.top_of, book.topo.depth > book.topo.first
+        mine = top[a]
+        out: dict[float, list[tuple[str, bool]]] = {}
+        for c, ts in tasks.items():
+            ok = []
+            for t in ts:
+                n_here = n_there = 0
+                for o in book.owners[t]:
+                    if o != a:
+                        n_here += top[o] == mine
+                        n_there += top[o] == group
+                if n_there < n_here:
+                    ok.append((t, False))  # better spread at the top level: deeper is moot
+                elif n_there == n_here:
+                    ok.append((t, deep and n_there > 0))
+            if ok:
+                out[c] = ok
+        return out
+
+    def _keeps_spread(self, task: str, a: str, b: str) -> bool:
+        book = self.book
+        others = [book.path[o] for o in book.owners[task] if o != a]
+        key = book.topo.key
+        return key(book.path[b], others) <= key(book.path[a], others)
+
+    def best_move(self, a: str) -> Move | None:
+        """``a``'s best useful move: largest gain, then lowest target utilization after it."""
+        book = self.book
+        cap_a, u_a = book.cap[a], book.util(a)
+        pinned, moved, cost = self.pinned, self.moved if self.once else {}, book.cost
+        tasks: dict[float, list[str]] = {}
+        for t in book.tasks_of[a]:
+            if t not in pinned and t not in moved:
+                tasks.setdefault(cost[t], []).append(t)
+        if not tasks:
+            return None
+        gmax = max(tasks) / cap_a
+        best: Move | None = None
+        best_g, best_k = self.tol + EPS, float("inf")
+        if gmax <= best_g:
+            return None
+        zoned = book.topo.zoned
+        load, labels_needed = book.load, bool(book.need)
+        for group, lst in self.groups.items():
+            if not lst or u_a - lst[0][0] <= best_g - EPS:
+                continue
+            compat = self._compatible(a, tasks, group) if zoned else None
+            if compat is not None and not compat:
+                continue
+            for kb, negcap, _, b in lst:
+                if u_a - kb <= best_g - EPS or (best is not None and best_g >= gmax - EPS
+                                                 and kb >= best_k - EPS):
+                    break
+                if b == a:
+                    continue
+                cap_b, load_b = -negcap, load[b]
+                opts = []
+                for c in tasks:
+                    if load_b + c > cap_b + EPS:
+                        continue
+                    k = (load_b + c) / cap_b
+                    g = min(c / cap_a, u_a - k)
+                    if (g > best_g + EPS or (best is not None and g >= best_g - EPS
+                                             and k < best_k - EPS)
+                            or (best is None and g > best_g)):
+                        opts.append((-g, k, c))
+                opts.sort()
+                for neg_g, k, c in opts:
+                    found = None
+                    if compat is None:
+                        for t in tasks[c]:
+                            if b in book.owners[t]:
+                                continue
+                            if (labels_needed or t in book.excluded) and not self._admissible(t, b):
+                                continue
+                            found = t
+                            break
+                    else:
+                        for t, deep in compat.get(c, ()):
+                            if self._admissible(t, b) and (not deep or self._keeps_spread(t, a, b)):
+                                found = t
+                                break
+                    if found is not None:
+                        best, best_g, best_k = Move(found, a, b), -neg_g, k
+                        break
+        return best
+
+    def balance(self, budget: int, apply: bool = True) -> list[Move]:
+        """Balance moves, most utilized source first, until the budget or the fixed point.
+        With ``apply`` False: the first useful move found, if any, made on nothing."""
+        book, tol, heap, stuck = self.book, self.tol, self.heap, self.stuck
+        util = book.util
+        moves: list[Move] = []
+        while len(moves) < budget and heap:
+            negu, _, _, a = heap[0]
+            u_a = util(a)
+            if -negu != u_a or a not in book.open or not book.tasks_of[a] or a in stuck:
+                heapq.heappop(heap)  # stale, or already found stuck at this utilization
+                continue
+            if u_a - tol <= self.lowest() + EPS:
+                break  # nobody at or below this utilization has a useful move
+            heapq.heappop(heap)
+            move = self.best_move(a)
+            if move is None:
+                stuck[a] = None
+                continue
+            moves.append(move)
+            if not apply:
+                break
+            self.apply(move)
         return moves
-    util = p.utilization
-    hi = [(-util(w), w) for w in open_workers]
-    lo = [(util(w), w) for w in open_workers]
-    heapq.heapify(hi)
-    heapq.heapify(lo)
-    is_open = set(open_workers)
 
-    def fresh_top(heap: list[tuple[float, str]], sign: float) -> tuple[float, str] | None:
-        while heap:
-            key, w = heap[0]
-            if w in is_open and key == sign * util(w):
-                return key, w
-            heapq.heappop(heap)  # stale: its worker moved since this entry was pushed
+    # -- repairs ------------------------------------------------------------------------------
+
+    def _domains(self, worker: str) -> list[tuple[int, str]]:
+        topo, path = self.book.topo, self.book.path[worker]
+        return [(lv, domain(path, lv)) for lv in range(topo.first, topo.depth + 1)]
+
+    def repair(self, task: str) -> Move | None:
+        """A move that improves the spread of a zone-degraded task, if one fits anywhere."""
+        book = self.book
+        if self.room is None:
+            self.room = {}
+            for w in book.open:
+                free = book.cap[w] - book.load[w]
+                for key in self._domains(w):
+                    if self.room.get(key, float("-inf")) < free:
+                        self.room[key] = free
+        cost, owners, path, topo = book.cost[task], book.owners[task], book.path, book.topo
+        tree = book.live_tree(book.need_of(task))
+        for node in tree.uneven([path[o] for o in owners]):
+            lv = node.level
+            low = [d for d in node.low if self.room.get((lv, d), float("-inf")) >= cost - EPS]
+            if not low:
+                continue
+            fullest = max(node.counts.values())
+            sources = [o for o in owners if o in book.open
+                       and node.counts.get(domain(path[o], lv)) == fullest
+                       and (lv == topo.first or domain(path[o], lv - 1) == node.parent)]
+            if not sources:
+                continue
+
+            def crowding(o: str) -> tuple[tuple[int, ...], float, float, str, str]:
+                others = [path[x] for x in owners if x != o]
+                return (topo.key(path[o], others), book.util(o), book.cap[o], book.zone_of[o], o)
+
+            src = max(sources, key=crowding)
+            others = [path[x] for x in owners if x != src]
+            wanted = set(low)
+            best, best_key = None, None
+            for w in book.open_for(book.need_of(task)):
+                if domain(path[w], lv) not in wanted or not self._admissible(task, w):
+                    continue
+                c, lw = book.cap[w], book.load[w]
+                if lw + cost > c + EPS:
+                    continue
+                k = (topo.key(path[w], others), (lw + cost) / c, -c, book.zone_of[w], w)
+                if best_key is None or k < best_key:
+                    best, best_key = w, k
+            if best is not None:
+                return Move(task, src, best)
         return None
 
+
+def run(book: Ledger, tolerance: float, budget: int, pinned: Container[str],
+        journal: Snapshot | None = None, once: bool = True) -> list[Move]:
+    """One pass (see the module docstring); with ``once`` False, replicas may move again and
+    an unlimited budget ends exactly at the fixed point (the dry run of `convergence`)."""
+    moves: list[Move] = []
+    if budget <= 0 or len(book.open) < 1:
+        return moves
+    degraded = book.degraded()
+    if not degraded and quick_balanced(book, tolerance):
+        return moves
+    s = Search(book, tolerance, pinned, journal, once)
     while len(moves) < budget:
-        top, bottom = fresh_top(hi, -1.0), fresh_top(lo, 1.0)
-        if top is None or bottom is None:
+        made = len(moves)
+        for task in sorted(book.degraded()):
+            if len(moves) >= budget:
+                break
+            if task in pinned or (once and task in s.moved):
+                continue
+            move = s.repair(task)
+            if move is not None:
+                s.apply(move)
+                moves.append(move)
+        moves += s.balance(budget - len(moves))
+        if len(moves) == made or not book.degraded():
             break
-        src, u_src = top[1], -top[0]
-        if u_src - bottom[0] <= tolerance + EPS:
-            break
-        move = _move_from(p, src, u_src, lo, is_open, tolerance, pinned)
-        if move is None:
-            heapq.heappop(hi)  # nothing this worker holds can go anywhere useful
-            continue
-        p.unassign(move.task, move.source)
-        p.assign(move.task, move.target)
-        moves.append(move)
-        for w in (move.source, move.target):
-            heapq.heappush(hi, (-util(w), w))
-            heapq.heappush(lo, (util(w), w))
     return moves
 
 
-def _move_from(p: Placement, src: str, u_src: float, lo: list[tuple[float, str]],
-               is_open: set[str], tolerance: float, pinned: Container[str]) -> Move | None:
-    """The first useful move of one of ``src``'s tasks to one of the least utilized workers."""
-    util = p.utilization
-    tried: list[tuple[float, str]] = []
-    found = None
-    while lo and len(tried) < CANDIDATES and found is None:
-        key, dst = heapq.heappop(lo)
-        if dst not in is_open or key != util(dst):
-            continue
-        tried.append((key, dst))
-        if dst == src or u_src - key <= tolerance + EPS:
-            continue
-        cap, load = p.max_load(dst), p.load(dst)
-        for task in p.tasks_of(src):
-            cost = p.tasks[task]
-            if task in pinned or dst in p.owners(task) or dst in p.excluded_from(task):
-                continue
-            if load + cost <= cap + EPS and (load + cost) / cap < u_src - EPS:
-                found = Move(task, src, dst)
-                break
-    for item in tried:
-        heapq.heappush(lo, item)
-    return found
+def balanced(book: Ledger, tolerance: float, pinned: Container[str]) -> bool:
+    """No repair and no useful balance move is left (given ``pinned``)."""
+    degraded = book.degraded()
+    if not degraded and quick_balanced(book, tolerance):
+        return True
+    s = Search(book, tolerance, pinned)
+    if any(s.repair(t) is not None for t in sorted(degraded) if t not in pinned):
+        return False
+    return not s.balance(1, apply=False)
+
+
+def dry_run(book: Ledger, tolerance: float, pinned: Container[str]
+            ) -> tuple[dict[str, list[str]], dict[str, list[str]], list[Move]]:
+    """Where the search ends, without moving anything: the owners of every task it would
+    touch, before and after, and its moves in order (replicas may move more than once)."""
+    snap = Snapshot({}, {}, book.version)
+    try:
+        moves = run(book, tolerance, 1 << 62, pinned, snap, once=False)
+        after = {t: list(book.owners[t]) for t in snap.owners}
+    finally:
+        book.restore(snap)
+    return {t: list(o) for t, o in snap.owners.items()}, after, moves

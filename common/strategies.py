@@ -26,17 +26,33 @@ import heapq
 import math
 from collections.abc import Collection, Iterable, Mapping
 
+from .zones import Chooser, Goal
+
 # Loads are sums of costs; compare them with a little slack so 0.1 + 0.2 fits into 0.3.
 EPS = 1e-9
 
 Got = dict[str, list[str]]
+Slot = tuple[float, float, str, str]  # (key, -max_load, zone, worker): see WaterLevel
+
+
+class _NoZones(dict[str, str]):
+    """Every worker's zone is "" (for callers without zones)."""
+
+    def __missing__(self, key: str) -> str:
+        return ""
+
+
+NO_ZONES: Mapping[str, str] = _NoZones()
 
 
 class WaterLevel:
     """The water-filling heap of one task cost, kept between calls so that a small event (a
     death, a few new tasks) does not pay O(W) to rebuild it.
 
-    Entries are ``(key, worker)`` with key ``(load + cost) / max_load``. Whoever changes a
+    Entries are ``(key, -max_load, zone, worker)`` with key ``(load + cost) / max_load``: equal
+    keys go to the bigger worker first, then by zone, choices that do not depend on worker
+    names (two workers with equal key, max_load and zone have equal loads too, so which of
+    them goes first changes no utilization and no zone spread). Whoever changes a
     worker's load, capacity or mode outside `water_fill` calls `touch`; the next call pushes a
     fresh entry for it. Old entries are not searched for: one whose key no longer matches the
     worker (or whose worker is no longer open) is stale and dropped when it reaches the top.
@@ -46,7 +62,7 @@ class WaterLevel:
 
     def __init__(self) -> None:
         self.cost = 0.0
-        self.heap: list[tuple[float, str]] = []
+        self.heap: list[Slot] = []
         self.dirty: dict[str, None] = {}
         self.valid = False
 
@@ -65,16 +81,19 @@ class WaterLevel:
         open_workers: Mapping[str, None],
         cap: Mapping[str, float],
         load: Mapping[str, float],
-    ) -> list[tuple[float, str]]:
+        zone_of: Mapping[str, str] = NO_ZONES,
+    ) -> list[Slot]:
         limit = cost - EPS
         if self.valid and self.cost == cost and len(self.heap) <= 2 * len(open_workers) + 64:
             heap = self.heap
             for w in self.dirty:
                 if w in open_workers and cap[w] - load[w] >= limit:
-                    heapq.heappush(heap, ((load[w] + cost) / cap[w], w))
+                    heapq.heappush(heap, ((load[w] + cost) / cap[w], -cap[w], zone_of[w], w))
         else:
             heap = [
-                ((load[w] + cost) / cap[w], w) for w in open_workers if cap[w] - load[w] >= limit
+                ((load[w] + cost) / cap[w], -cap[w], zone_of[w], w)
+                for w in open_workers
+                if cap[w] - load[w] >= limit
             ]
             heapq.heapify(heap)
         self.dirty.clear()
@@ -91,35 +110,55 @@ def water_fill(
     owners_of: dict[str, list[str]],
     level: WaterLevel | None = None,
     excluded: Mapping[str, Collection[str]] | None = None,
+    zones: Chooser | None = None,
+    zone_of: Mapping[str, str] = NO_ZONES,
 ) -> Got:
     """Greedy water-filling with a heap: O(log W) per replica. Replicas that fit nowhere (or
-    only on workers that already own the task, or are excluded from it) are left out."""
+    only on workers that already own the task, or are excluded from it) are left out.
+
+    With ``zones``, a task that already has owners goes to the lowest key among the workers
+    giving it the best spread (`zones.Chooser`); when the goal turns out stale (the workers
+    that met it have filled up), the best spread among all workers with room wins."""
     got: Got = {}
     if not tasks:
         return got
-    heap = (level or WaterLevel()).heap_for(cost, open_workers, cap, load)
+    heap = (level or WaterLevel()).heap_for(cost, open_workers, cap, load, zone_of)
     heapreplace, heappop, heappush = heapq.heapreplace, heapq.heappop, heapq.heappush
     for task in tasks:
         owners = owners_of[task]
         if excluded and task in excluded:
             owners = [*owners, *excluded[task]]  # never placed on a worker it failed on
-        skipped = None
+        goal: Goal | None = zones.goal(owners_of[task]) if zones and owners_of[task] else None
+        skipped: list[Slot] | None = None
+        spread_out: list[Slot] | None = None  # admissible, but a worse spread
         while heap:
-            key, w = heap[0]
-            if w not in open_workers or key != (load[w] + cost) / cap[w]:
+            key, negcap, _, w = heap[0]
+            if w not in open_workers or key != (load[w] + cost) / cap[w] or negcap != -cap[w]:
                 heappop(heap)  # stale: the worker changed since this entry was pushed
             elif w in owners:
                 # Rare: the emptiest worker already holds this task; look further down.
                 if skipped is None:
                     skipped = []
                 skipped.append(heappop(heap))
+            elif goal is not None and zones is not None and not zones.fits(w, goal):
+                if spread_out is None:
+                    spread_out = []
+                spread_out.append(heappop(heap))
             else:
                 break
         else:
-            if skipped:
-                for item in skipped:
+            if not spread_out or zones is None or goal is None:
+                for item in skipped or ():
                     heappush(heap, item)
-            continue
+                continue
+            # The goal was stale: take the best spread there is, and learn where room is left.
+            g = goal
+            best = min(range(len(spread_out)),
+                       key=lambda i: (zones.key(spread_out[i][3], g), spread_out[i]))
+            entry = spread_out.pop(best)
+            zones.refresh([e[3] for e in (skipped or [])] + [e[3] for e in spread_out] + [entry[3]])
+            heappush(heap, entry)
+        w = heap[0][3]
         owners_of[task].append(w)
         mine = got.get(w)
         if mine is None:
@@ -130,12 +169,13 @@ def water_fill(
         load[w] = new
         c = cap[w]
         if new + cost <= c + EPS:
-            heapreplace(heap, ((new + cost) / c, w))
+            heapreplace(heap, ((new + cost) / c, -c, zone_of[w], w))
         else:
             heappop(heap)
-        if skipped:
-            for item in skipped:
-                heappush(heap, item)
+        for item in skipped or ():
+            heappush(heap, item)
+        for item in spread_out or ():
+            heappush(heap, item)
     return got
 
 
@@ -143,33 +183,47 @@ def fill_blocks(
     tasks: list[str],
     cost: float,
     r: int,
-    replicas: int,
     open_workers: list[str],
     cap: dict[str, float],
     load: dict[str, float],
     owners_of: dict[str, list[str]],
     excluded: Mapping[str, Collection[str]] | None = None,
+    zones: Chooser | None = None,
+    zone_of: Mapping[str, str] = NO_ZONES,
 ) -> tuple[Got, list[str]]:
     """The bulk of a large batch in O(n) instead of O(n log W): the same per-worker counts
-    as water-filling, handed out as contiguous blocks; returns what `water_fill` should place.
+    as water-filling, handed out as blocks; returns what `water_fill` should place.
 
     Every slot whose key ``(load + j·cost) / max_load`` is at most the fluid level
     ``L = (Σ load + n·cost) / Σ max_load`` is among the n smallest keys, so greedy
     water-filling would fill it too; the remainder (at most about one per worker, more when
-    some are full) goes through the heap. Round r starts r/replicas of the way into the list
-    so a worker's block rarely meets its own earlier replicas; one that does is deferred to the
-    heap, which skips owners.
+    some are full) goes through the heap.
+
+    Round 0 hands out contiguous runs of the sorted task list. Later rounds hand out strided
+    runs (every S-th task, S about the number of workers), so the tasks one worker got in
+    round 0 get their next replicas from many different workers, not from one partner: when
+    a worker leaves, its tasks' other replicas are spread over the fleet and its departed
+    replicas can go anywhere. A task whose block lands on a worker that already owns it, is
+    excluded from it, or shares a top zone domain with one of its owners (``zones``) is
+    deferred to the heap, which handles all three exactly.
     """
     n = len(tasks)
     got: Got = {}
     if not open_workers:
         return got, tasks
     level = (sum(load[w] for w in open_workers) + n * cost) / sum(cap[w] for w in open_workers)
-    offset = n * r // replicas
-    seq = tasks[offset:] + tasks[:offset]
+    if r == 0:
+        seq = tasks
+    else:
+        stride = len(open_workers) + r - 1
+        seq = []
+        for start in range(min(stride, n)):
+            seq.extend(tasks[start::stride])
     deferred: list[str] = []
     pos = 0
-    for w in sorted(open_workers):
+    # Blocks go out by zone, then worker id: within a zone, which of two workers with the same
+    # max_load and load takes which block changes no utilization and no spread.
+    for w in sorted(open_workers, key=lambda w: (zone_of[w], w)):
         c, lw = cap[w], load[w]
         k = min(math.floor((c - lw) / cost + EPS), math.floor((level * c - lw) / cost + EPS))
         if k <= 0:
@@ -177,9 +231,14 @@ def fill_blocks(
         block = seq[pos : pos + k]
         pos += len(block)
         mine = []
+        wtop = zones.top(w) if zones is not None else None
         for t in block:
             owners = owners_of[t]
-            if w in owners or (excluded and w in excluded.get(t, ())):
+            if (
+                w in owners
+                or (excluded and w in excluded.get(t, ()))
+                or (zones is not None and owners and any(zones.top(o) == wtop for o in owners))
+            ):
                 deferred.append(t)
             else:
                 owners.append(w)
@@ -200,9 +259,11 @@ def proportional(
     load: dict[str, float],
     owners_of: dict[str, list[str]],
     excluded: Mapping[str, Collection[str]] | None = None,
+    zones: Chooser | None = None,
 ) -> tuple[Got, list[str]]:
     """The seed's rule; returns the replicas it could not place within the quotas (a quota
-    blocked by a worker that already owns the task), for a water-filling pass."""
+    blocked by a worker that already owns the task, or one that shares a top zone domain with
+    an owner), for a water-filling pass."""
     got: Got = {}
     free = {w: cap[w] - load[w] for w in sorted(open_workers) if cap[w] - load[w] > EPS}
     if not free or not tasks:
@@ -217,6 +278,7 @@ def proportional(
     left: list[str] = []
     for task in tasks:
         owners = owners_of[task]
+        tops = {zones.top(o) for o in owners} if zones is not None and owners else None
         while k < len(order) and quota[order[k]] < cost - EPS:
             k += 1
         for j in range(k, len(order)):
@@ -226,6 +288,7 @@ def proportional(
                 and w not in owners
                 and load[w] + cost <= cap[w] + EPS
                 and not (excluded and w in excluded.get(task, ()))
+                and not (tops and zones is not None and zones.top(w) in tops)
             ):
                 owners.append(w)
                 load[w] += cost

@@ -1,0 +1,166 @@
+"""Placing pending replicas: coverage before redundancy, by cost and label need.
+
+Round r gives an (r+1)-th owner to every pending task that has exactly r (and wants more), so
+every task gets a first replica before any gets a second — when capacity is short, as many
+tasks as possible run at all. Within a round, tasks are grouped by (cost, required labels):
+the biggest cost first (like LPT scheduling), each group sorted by id so the result does not
+depend on the order tasks arrived in. A group goes only to the open workers that have every
+label it requires; a replica that fits on none of them stays pending (`pending` says why).
+
+Coverage before redundancy holds also when the capacity is already taken: a pending task
+that fits nowhere takes the place of a replica of a task that has at least two more owners
+than it (`_preempt`); the displaced replica becomes pending. So with replicas 2 and too little
+room, new tasks get their first replica by displacing second ones.
+
+From round 1 on, when workers have zones, a task's next replica goes to the worker with the
+lowest load key among those giving it the best spread (`zones.Chooser`), so replicas land in
+distinct zones whenever the live zones with room allow, else in the emptiest ones.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from . import strategies
+from .diff import Diff
+from .ledger import Ledger
+from .shapes import NO_LABELS, Labels
+from .strategies import EPS, WaterLevel
+from .zones import Chooser
+
+LEAST_UTILIZED = "least-utilized"
+PROPORTIONAL = "proportional"
+STRATEGIES = (LEAST_UTILIZED, PROPORTIONAL)
+
+
+def place(book: Ledger, strategy: str) -> Diff:
+    """Place every pending replica that fits somewhere, coverage before redundancy."""
+    diff = Diff()
+    if not book.pending:
+        return diff
+    owners_of = book.owners
+    by_have: dict[int, list[str]] = {}
+    for task in book.pending:
+        by_have.setdefault(len(owners_of[task]), []).append(task)
+    rounds = max(map(book.want_of, book.pending)) if book.want else book.replicas
+    carry: list[str] = []  # tasks that got their r-th replica in the previous round
+    for r in range(rounds):
+        batch = carry + by_have.get(r, [])
+        if book.want:
+            batch = [t for t in batch if book.want_of(t) > r]
+        if not batch:
+            carry = []
+            continue
+        placed: list[str] = []
+        for (cost, need), group in _groups(book, batch):
+            _place_group(book, strategy, group, cost, need, r, diff, placed)
+        carry = placed
+    if book.pending:
+        _preempt(book, diff)
+    return diff
+
+
+def _groups(book: Ledger, batch: list[str]) -> list[tuple[tuple[float, Labels], list[str]]]:
+    cost, need = book.cost, book.need
+    first = cost[batch[0]]
+    if not need and all(cost[t] == first for t in batch):
+        return [((first, NO_LABELS), sorted(batch))]
+    groups: dict[tuple[float, Labels], list[str]] = {}
+    for t in batch:
+        groups.setdefault((cost[t], need.get(t, NO_LABELS)), []).append(t)
+    order = sorted(groups, key=lambda k: (-k[0], sorted(k[1])))
+    return [(k, sorted(groups[k])) for k in order]
+
+
+def _place_group(book: Ledger, strategy: str, group: list[str], cost: float, need: Labels,
+                 r: int, diff: Diff, placed: list[str]) -> None:
+    workers = book.open_for(need)
+    if not workers:
+        return
+    zones = None
+    if r > 0 and book.topo.zoned:
+        cap, load = book.cap, book.load
+        room = [w for w in workers if cap[w] - load[w] >= cost - EPS]
+        zones = Chooser(book.topo, book.path, room)
+    level = book.levels.get(need)
+    if level is None:
+        level = book.levels[need] = WaterLevel()
+    args = (book.cap, book.load, book.owners)
+    ex, zone_of = book.excluded, book.zone_of
+    if strategy == PROPORTIONAL:
+        got, group = strategies.proportional(group, cost, workers, *args, ex, zones)
+        level.invalidate()
+        book.record(got, diff, placed)
+    elif len(group) >= 8 * len(book.cap):
+        # A big batch (a full placement): the O(n) block pass first; the heap after.
+        got, group = strategies.fill_blocks(group, cost, r, list(workers), *args, ex, zones,
+                                            zone_of)
+        level.invalidate()
+        book.record(got, diff, placed)
+    got = strategies.water_fill(group, cost, workers, *args, level, ex, zones, zone_of)
+    book.record(got, diff, placed)
+
+
+def _preempt(book: Ledger, diff: Diff) -> None:
+    """Give pending tasks the places of replicas of tasks with at least two more owners.
+
+    Fewest owners first; within that, by cost (biggest first) and id. Each goes to the worker
+    whose utilization is lowest after the swap, displacing the replica of the task with the
+    most owners there. Nothing happens (and nothing is scanned) unless some pending task has
+    at least two owners fewer than the most any task may want.
+    """
+    owners_of, cost = book.owners, book.cost
+    most = max(book.replicas, max(book.want.values(), default=0))
+    short = [t for t in book.pending if len(owners_of[t]) + 2 <= most]
+    if not short:
+        return
+    groups: dict[tuple[int, float, Labels], list[str]] = {}
+    for t in short:
+        groups.setdefault((len(owners_of[t]), cost[t], book.need_of(t)), []).append(t)
+    for k, c, need in sorted(groups, key=lambda g: (g[0], -g[1], sorted(g[2]))):
+        tasks = sorted(t for t in groups[(k, c, need)] if len(owners_of[t]) == k)
+        _swap_in(book, tasks, k, c, need, diff)
+
+
+def _swap_in(book: Ledger, tasks: list[str], k: int, c: float, need: Labels,
+             diff: Diff) -> None:
+    owners_of, cost, cap, load, zone_of = book.owners, book.cost, book.cap, book.load, book.zone_of
+    Slot = tuple[float, float, str, str, str]
+
+    def slot(w: str) -> Slot | None:
+        """w's best replica for a task with k owners to displace (the most redundant), keyed
+        by w's utilization after the swap."""
+        room = cap[w] - load[w]
+        vs = [u for u in book.tasks_of[w]
+              if len(owners_of[u]) >= k + 2 and room + cost[u] >= c - EPS]
+        if not vs:
+            return None
+        u = min(vs, key=lambda u: (-len(owners_of[u]), -cost[u], u))
+        return ((load[w] - cost[u] + c) / cap[w], -cap[w], zone_of[w], w, u)
+
+    heap = [e for e in map(slot, (w for w in book.open_for(need) if cap[w] >= c - EPS)) if e]
+    heapq.heapify(heap)
+    for t in tasks:
+        ex = book.excluded.get(t, {})
+        skipped = []
+        while heap:
+            entry = heapq.heappop(heap)
+            w, u = entry[3], entry[4]
+            if u not in book.tasks_of[w] or len(owners_of[u]) < k + 2:
+                fresh = slot(w)  # stale: u left w or is no longer redundant enough
+                if fresh:
+                    heapq.heappush(heap, fresh)
+                continue
+            if w in owners_of[t] or w in ex:
+                skipped.append(entry)
+                continue
+            book.unlink(u, w)
+            diff.remove(w, u)
+            book.link(t, w)
+            diff.add(w, t)
+            fresh = slot(w)
+            if fresh:
+                heapq.heappush(heap, fresh)
+            break
+        for entry in skipped:
+            heapq.heappush(heap, entry)
