@@ -1,69 +1,88 @@
-"""Convergence: the moves from here to the balanced fixed point, planned once, handed out in
+"""Convergence: the changes from here to the balanced fixed point, planned once, handed out in
 budgeted passes.
 
 A pass that finds the placement changed since its plan was made (any event: a join, a leave,
 a capacity or mode change, a task-list change, a rebuild, a drain, an exclusion) plans a new
-convergence: a dry run of the rebalance search (`rebalance.dry_run`) to the fixed point —
-unbudgeted, replicas free to move more than once — and, from the owners before and after,
-the *net* moves: for each task, every owner it loses paired with one it gains (the same top
-zone domain first). The passes hand out net moves in the order of the dry run, so:
+convergence: a dry run (`dry_run`) that places what is pending and rebalances, again and
+again, until nothing fits and no move is useful — unbudgeted, replicas free to move more than
+once — and from the owners before and after, the *net* steps: for each task, every owner
+its rebalance moves took a replica from, paired with one they put a replica on (the same top
+zone domain first), is a move; what placing did stays as it did it — a start (a pending
+replica that fits once the moves make room) or a stop (a redundant replica displaced so that
+another task is covered), like `place` itself. The passes hand the steps out in the order
+of the dry run, so:
 
 * within one convergence a replica moves at most once and nothing is undone (a → b → a
   nets to no move at all), and the convergence ends at the dry run's fixed point;
-* a pass moves at most one replica of a task (make-before-break keeps the task's other
-  replicas in place while one is handed over) and leaves ``pinned`` tasks for later;
-* the moves of one pass are taken together, and after them no worker is above its max_load
-  and no task's zone spread is lower; a planned move that would break that waits for the
-  moves that make room for it (its target's own outgoing moves), usually the next pass;
-* a pass prefers moves after which no worker is more utilized than the most utilized one
-  was before it (zone repairs excepted: spread comes first). Only when the plan cannot go on
-  otherwise — planned moves that only make sense together, such as two full workers trading
-  tasks of different costs — does a pass take moves that raise the maximum for a while
-  (`raised` counts those passes); the convergence still ends at the dry run's fixed point.
+* a pass makes at most ``budget`` moves (starts and stops are not hand-offs and do not
+  count), never two steps for a task one of which is a move (make-before-break keeps a
+  task's other replicas in place while one is handed over), and leaves ``pinned`` tasks;
+* the steps of one pass are taken together, and after them no worker is above its max_load
+  and no task's zone spread is lower; a step that would break that waits for the steps that
+  make room for it (its target's own outgoing moves), usually the next pass;
+* a pass prefers steps after which no worker is more utilized than the most utilized one
+  was before it (starts and zone repairs excepted: coverage and spread come first). Only
+  when the plan cannot go on otherwise — moves that only make sense together, such as two
+  full workers trading tasks of different costs — does a pass take moves that raise the
+  maximum for a while (`raised` counts those passes).
 
-If no planned move can be handed out at all although some wait on nothing pinned, the pass
-falls back to the plain search (`rebalance.run`: useful moves one at a time) and the next
-pass plans afresh; `fallbacks` counts those passes. Both are rare; the hypothesis tests
-count them and bound how often they happen.
+If no planned step can be handed out at all although some wait on nothing pinned, the pass
+falls back to the plain search (`rebalance.run`: useful moves one at a time, then `place`)
+and the next pass plans afresh; `fallbacks` counts those passes. The hypothesis tests assert
+there are none on their fleets.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Container
+from dataclasses import dataclass
 
-from .diff import Move
+from . import coverage
+from .diff import Diff, Move
 from .ledger import Ledger
-from .rebalance import dry_run, run
-from .strategies import EPS
+from .pending import placeable
+from .rebalance import run
+from .strategies import EPS, Owners
+
+
+@dataclass(frozen=True)
+class Step:
+    """One planned change to a task: a move (source and target), a start (target only) or a
+    stop (source only)."""
+
+    task: str
+    source: str | None
+    target: str | None
 
 
 class Convergence:
-    """The planned net moves not yet handed out, and the state they were planned for."""
+    """The planned steps not yet handed out, and the state they were planned for."""
 
-    __slots__ = ("fallbacks", "moves", "raised", "tolerance", "version")
+    __slots__ = ("fallbacks", "raised", "steps", "strategy", "tolerance", "version")
 
-    def __init__(self) -> None:
-        self.moves: list[Move] = []
+    def __init__(self, strategy: str) -> None:
+        self.strategy = strategy
+        self.steps: list[Step] = []
         self.version = -1  # the ledger version the plan is valid for
         self.tolerance = 0.0
         self.fallbacks = 0
         self.raised = 0
 
-    def current(self, book: Ledger, tolerance: float) -> bool:
-        return self.version == book.version and self.tolerance == tolerance
-
-    def plan(self, book: Ledger, tolerance: float, pinned: Container[str]) -> list[Move]:
-        """The remaining planned moves, planning afresh if anything changed."""
-        if not self.current(book, tolerance):
-            self.moves = net_moves(book, tolerance, pinned)
+    def plan(self, book: Ledger, tolerance: float, pinned: Container[str]) -> list[Step]:
+        """The remaining planned steps, planning afresh if anything changed."""
+        if self.version != book.version or self.tolerance != tolerance:
+            self.steps = net_steps(book, tolerance, pinned, self.strategy)
             self.version, self.tolerance = book.version, tolerance
-        return self.moves
+        return self.steps
 
     def step(self, book: Ledger, tolerance: float, budget: int, pinned: Container[str]
-             ) -> list[Move]:
-        """One pass: up to ``budget`` planned moves, made on ``book``."""
+             ) -> tuple[list[Move], Diff]:
+        """One pass: up to ``budget`` planned moves (and the starts and stops due), made on
+        ``book``; returns the moves and the whole pass as a diff."""
+        diff = Diff()
         if budget <= 0:
-            return []
+            return [], diff
         plan = self.plan(book, tolerance, pinned)
         util = book.util
         ceiling = max((util(w) for w in book.open if book.tasks_of[w]), default=0.0)
@@ -71,105 +90,164 @@ class Convergence:
         if not chosen and plan:
             chosen = _choose(book, plan, budget, pinned, None)
             self.raised += bool(chosen)
-        if not chosen and any(m.task not in pinned for m in plan):
-            # Every free planned move waits on another: untie with plain useful moves.
+        if not chosen and any(s.task not in pinned for s in plan):
+            # Every free planned step waits on another: untie with plain useful moves.
             self.fallbacks += 1
             self.version = -1
-            return run(book, tolerance, budget, pinned)
+            moves = run(book, tolerance, budget, pinned)
+            for m in moves:
+                diff.remove(m.source, m.task)
+                diff.add(m.target, m.task)
+            return moves, diff.merge(coverage.place(book, self.strategy))
         picked = set(chosen)
-        self.moves = [m for m in plan if m not in picked]
-        for m in chosen:
-            book.unlink(m.task, m.source)
-            book.link(m.task, m.target)
+        self.steps = [s for s in plan if s not in picked]
+        moves = []
+        for s in chosen:
+            if s.source is not None:
+                book.unlink(s.task, s.source)
+                diff.remove(s.source, s.task)
+            if s.target is not None:
+                book.link(s.task, s.target)
+                diff.add(s.target, s.task)
+            if s.source is not None and s.target is not None:
+                moves.append(Move(s.task, s.source, s.target))
         self.version = book.version
-        return chosen
+        return moves, diff
 
 
-def net_moves(book: Ledger, tolerance: float, pinned: Container[str]) -> list[Move]:
-    """The dry run's net effect as moves, in the order the dry run first took each replica
-    off its owner."""
-    before, after, legs = dry_run(book, tolerance, pinned)
-    left: dict[tuple[str, str], int] = {}  # (task, owner) -> the leg that first moved it off
-    for i, leg in enumerate(legs):
-        left.setdefault((leg.task, leg.source), i)
+Seen = dict[tuple[str, str], tuple[int, bool]]  # (task, worker) -> (first step, by a move)
+
+
+def dry_run(book: Ledger, tolerance: float, pinned: Container[str], strategy: str
+            ) -> tuple[dict[str, Owners], dict[str, Owners], Seen]:
+    """Place and rebalance until the fixed point, then put everything back. Returns the
+    owners, before and after, of every task it touched, and for each replica it took off or
+    put on a worker, the first step at which it did, and whether a move did it."""
+    when: Seen = {}
+    snap = book.begin()
+    try:
+        for _ in range(len(book.pending) + 2):  # each round places, or it is the last
+            if placeable(book):
+                for w, d in coverage.place(book, strategy).workers.items():
+                    for t in (*d.remove, *d.add):
+                        when.setdefault((t, w), (len(when), False))
+            legs = run(book, tolerance, 1 << 62, pinned, once=False)
+            for m in legs:
+                when.setdefault((m.task, m.source), (len(when), True))
+                when.setdefault((m.task, m.target), (len(when), True))
+            if not legs and not placeable(book):
+                break
+        after = {t: book.owners[t] for t in snap.owners}
+    finally:
+        book.rollback()
+    return dict(snap.owners), after, when
+
+
+def net_steps(book: Ledger, tolerance: float, pinned: Container[str], strategy: str
+              ) -> list[Step]:
+    """The dry run's net effect as steps, in the order it first made each of them."""
+    before, after, when = dry_run(book, tolerance, pinned, strategy)
     top = book.top_of if book.topo.zoned else None
-    out: list[tuple[int, Move]] = []
+    out: list[tuple[int, Step]] = []
     for task, old in before.items():
         new = after[task]
-        gone = sorted((o for o in old if o not in new), key=lambda o: left[(task, o)])
-        came = [o for o in new if o not in old]
+        gone = sorted((o for o in old if o not in new), key=lambda o: when[(task, o)])
+        came = sorted((o for o in new if o not in old), key=lambda o: when[(task, o)])
+        moved_in = [w for w in came if when[(task, w)][1]]
         for src in gone:
-            same = [w for w in came if top is not None and top[w] == top[src]]
-            dst = same[0] if same else came[0]
-            came.remove(dst)
-            out.append((left[(task, src)], Move(task, src, dst)))
+            dst = None
+            if when[(task, src)][1] and moved_in:
+                same = [w for w in moved_in if top is not None and top[w] == top[src]]
+                dst = same[0] if same else moved_in[0]
+                moved_in.remove(dst)
+                came.remove(dst)
+            out.append((when[(task, src)][0], Step(task, src, dst)))
+        out.extend((when[(task, dst)][0], Step(task, None, dst)) for dst in came)
     out.sort(key=lambda item: item[0])
-    return [m for _, m in out]
+    return [s for _, s in out]
 
 
-def _choose(book: Ledger, plan: list[Move], budget: int, pinned: Container[str],
-            ceiling: float | None) -> list[Move]:
-    """The planned moves this pass can take together (see the module docstring); with a
-    ``ceiling``, none that leave a worker above it, unless the move repairs zone spread."""
-    if not plan:
-        return []
+def _choose(book: Ledger, plan: list[Step], budget: int, pinned: Container[str],
+            ceiling: float | None) -> list[Step]:
+    """The planned steps this pass can take together (see the module docstring); with a
+    ``ceiling``, none that leave a worker above it, unless a start or a spread repair."""
     cap, load = book.cap, book.load
-    rejected: set[Move] = set()
-    repairs: set[Move] = set()
-    chosen: list[Move] = []
+    rejected: set[Step] = set()
+    exempt: set[Step] = set()  # starts and spread repairs: the ceiling does not apply
+    chosen: list[Step] = []
     while True:
-        tasks = {m.task for m in chosen}
+        # A task with a move in this pass takes no other step in it; the starts of a task
+        # in one pass must not give it more replicas than it wants.
+        stepped = {s.task: s.source is not None and s.target is not None for s in chosen}
+        starts = Counter(s.task for s in chosen if s.source is None)
+        taken = set(chosen)
+        moves = sum(stepped.values())
         grew = False
-        for m in plan:
-            if len(chosen) >= budget:
-                break
-            if m in rejected or m.task in tasks or m.task in pinned:
+        for s in plan:
+            is_move = s.source is not None and s.target is not None
+            if is_move and moves >= budget:
                 continue
-            verdict = _valid(book, m)
+            if s in taken or s in rejected or s.task in pinned or (s.task in stepped and (
+                    is_move or stepped[s.task])):
+                continue
+            verdict = _valid(book, s, starts[s.task])
             if verdict is None:
                 continue
             if verdict:
-                repairs.add(m)
-            chosen.append(m)
-            tasks.add(m.task)
+                exempt.add(s)
+            chosen.append(s)
+            taken.add(s)
+            stepped[s.task] = stepped.get(s.task, False) or is_move
+            starts[s.task] += s.source is None
+            moves += is_move
             grew = True
         if not grew:
             return chosen
-        # Drop the last move into any worker the chosen moves would overfill, until none.
+        # Drop the last step into any worker the chosen steps would overfill, until none.
         while True:
             delta: dict[str, float] = {}
-            repaired: set[str] = set()
-            for m in chosen:
-                c = book.cost[m.task]
-                delta[m.source] = delta.get(m.source, 0.0) - c
-                delta[m.target] = delta.get(m.target, 0.0) + c
-                if m in repairs:
-                    repaired.add(m.target)
+            lifted: set[str] = set()
+            for s in chosen:
+                c = book.cost[s.task]
+                if s.source is not None:
+                    delta[s.source] = delta.get(s.source, 0.0) - c
+                if s.target is not None:
+                    delta[s.target] = delta.get(s.target, 0.0) + c
+                    if s in exempt:
+                        lifted.add(s.target)
             over = {w for w, d in delta.items() if d > EPS and (
                 load[w] + d > cap[w] + EPS
-                or (ceiling is not None and w not in repaired
+                or (ceiling is not None and w not in lifted
                     and (load[w] + d) / cap[w] > ceiling + EPS))}
             if not over:
                 break
-            for w in over:
-                last = next(m for m in reversed(chosen) if m.target == w)
+            for w in sorted(over):
+                last = next(s for s in reversed(chosen) if s.target == w)
                 chosen.remove(last)
                 rejected.add(last)
 
 
-def _valid(book: Ledger, m: Move) -> bool | None:
-    """Can the target take this replica from the source now, keeping the task's spread?
-    None: no; True: yes, and it improves the spread (a repair); False: yes."""
-    owners = book.owners[m.task]
-    if m.source not in owners or m.target in owners or m.target not in book.open:
+def _valid(book: Ledger, s: Step, starting: int = 0) -> bool | None:
+    """Can this step be taken now (``starting``: starts of the task already chosen in this
+    pass)? None: no; True: yes, and the ceiling does not apply to it (a start, or a move
+    that improves the task's spread); False: yes."""
+    owners = book.owners[s.task]
+    if s.source is not None and s.source not in owners:
         return None
-    ex = book.excluded.get(m.task)
-    need = book.need.get(m.task)
-    if (ex and m.target in ex) or (need and not need <= book.labels[m.target]):
+    if s.target is None:
+        return False  # a stop
+    t = s.target
+    if t in owners or t not in book.open:
         return None
+    ex = book.excluded.get(s.task)
+    need = book.need.get(s.task)
+    if (ex and t in ex) or (need and not need <= book.labels[t]):
+        return None
+    if s.source is None:
+        return True if len(owners) + starting < book.want_of(s.task) else None
     if book.topo.zoned:
         path, key = book.path, book.topo.key
-        others = [path[o] for o in owners if o != m.source]
-        to, frm = key(path[m.target], others), key(path[m.source], others)
+        others = [path[o] for o in owners if o != s.source]
+        to, frm = key(path[t], others), key(path[s.source], others)
         return None if to > frm else to < frm
     return False

@@ -24,6 +24,7 @@ import heapq
 from . import strategies
 from .diff import Diff
 from .ledger import Ledger
+from .rebalance import quick_balanced, run
 from .shapes import NO_LABELS, Labels
 from .strategies import EPS, WaterLevel
 from .zones import Chooser
@@ -36,40 +37,72 @@ STRATEGIES = (LEAST_UTILIZED, PROPORTIONAL)
 def place(book: Ledger, strategy: str) -> Diff:
     """Place every pending replica that fits somewhere, coverage before redundancy."""
     diff = Diff()
-    if not book.pending:
-        return diff
-    owners_of = book.owners
-    by_have: dict[int, list[str]] = {}
-    for task in book.pending:
-        by_have.setdefault(len(owners_of[task]), []).append(task)
-    rounds = max(map(book.want_of, book.pending)) if book.want else book.replicas
-    carry: list[str] = []  # tasks that got their r-th replica in the previous round
-    for r in range(rounds):
-        batch = carry + by_have.get(r, [])
-        if book.want:
+    # Displaced replicas are pending again and may fit elsewhere: place until nothing moves.
+    while book.pending:
+        _rounds(book, strategy, diff)
+        if not book.pending or not _preempt(book, diff):
+            break
+    if diff and strategy == LEAST_UTILIZED:
+        _even_out(book, diff)
+    return diff
+
+
+def _even_out(book: Ledger, diff: Diff) -> None:
+    """Move the replicas just placed among themselves until no useful move is left: one
+    task at a time, the distinct-owner rule can leave the greedy a task off (4 workers,
+    replicas 2, one leaves: 13/12/11 where 12/12/12 fits). Nobody runs them yet, so this
+    costs no hand-off; later rebalance passes then have nothing to do."""
+    fresh = {(t, w) for w, d in diff.workers.items() for t in d.add}
+    if not fresh or quick_balanced(book, 0.0):
+        return
+    for m in run(book, 0.0, 1 << 62, (), once=False, movable=fresh):
+        diff.remove(m.source, m.task)
+        diff.add(m.target, m.task)
+
+
+def _rounds(book: Ledger, strategy: str, diff: Diff) -> None:
+    owners_of, want = book.owners, book.want
+    # Sorted once: each round's batch is then a filter of this order, already sorted.
+    order = sorted(book.pending)
+    rounds = max(map(book.want_of, order)) if want else book.replicas
+    # A fresh task list (no pending task has an owner yet): round r's batch is round r-1's
+    # minus what it could not place; no lookups needed.
+    fresh = book.bare == len(order)
+    first = 0 if fresh else min(map(len, map(owners_of.__getitem__, order)))
+    short: set[str] = set()  # tasks a round could not give a replica: they stay pending
+    batch = order
+    for r in range(first, rounds):
+        if not fresh:
+            # Those with exactly r owners: the ones that had r, and those just given their
+            # r-th; a task that got nothing in an earlier round waits for the next call.
+            batch = [t for t in order if len(owners_of[t]) == r]
+        if want:
             batch = [t for t in batch if book.want_of(t) > r]
         if not batch:
-            carry = []
             continue
         placed: list[str] = []
         for (cost, need), group in _groups(book, batch):
             _place_group(book, strategy, group, cost, need, r, diff, placed)
-        carry = placed
-    if book.pending:
-        _preempt(book, diff)
-    return diff
+        if len(placed) < len(batch):
+            missed = set(batch).difference(placed)
+            short |= missed
+            batch = [t for t in batch if t not in missed]
+        if not fresh and len(order) > 2 * len(placed) + 64:
+            order = [t for t in order if len(owners_of[t]) > r]
+    book.settle(short)
 
 
 def _groups(book: Ledger, batch: list[str]) -> list[tuple[tuple[float, Labels], list[str]]]:
+    """The batch (sorted) as groups of one cost and label need, in their order."""
     cost, need = book.cost, book.need
     first = cost[batch[0]]
-    if not need and all(cost[t] == first for t in batch):
-        return [((first, NO_LABELS), sorted(batch))]
+    if not need and (len(book.costs) == 1 or all(cost[t] == first for t in batch)):
+        return [((first, NO_LABELS), batch)]
     groups: dict[tuple[float, Labels], list[str]] = {}
     for t in batch:
         groups.setdefault((cost[t], need.get(t, NO_LABELS)), []).append(t)
     order = sorted(groups, key=lambda k: (-k[0], sorted(k[1])))
-    return [(k, sorted(groups[k])) for k in order]
+    return [(k, groups[k]) for k in order]
 
 
 def _place_group(book: Ledger, strategy: str, group: list[str], cost: float, need: Labels,
@@ -77,6 +110,8 @@ def _place_group(book: Ledger, strategy: str, group: list[str], cost: float, nee
     workers = book.open_for(need)
     if not workers:
         return
+    if r > 0:
+        group = strategies.strided(group, len(workers) + r - 1)
     zones = None
     if r > 0 and book.topo.zoned:
         cap, load = book.cap, book.load
@@ -86,22 +121,22 @@ def _place_group(book: Ledger, strategy: str, group: list[str], cost: float, nee
     if level is None:
         level = book.levels[need] = WaterLevel()
     args = (book.cap, book.load, book.owners)
-    ex, zone_of = book.excluded, book.zone_of
+    ex, rank = book.excluded, book.rank
     if strategy == PROPORTIONAL:
         got, group = strategies.proportional(group, cost, workers, *args, ex, zones)
         level.invalidate()
-        book.record(got, diff, placed)
+        book.record(got, diff, placed, r)
     elif len(group) >= 8 * len(book.cap):
         # A big batch (a full placement): the O(n) block pass first; the heap after.
         got, group = strategies.fill_blocks(group, cost, r, list(workers), *args, ex, zones,
-                                            zone_of)
+                                            rank)
         level.invalidate()
-        book.record(got, diff, placed)
-    got = strategies.water_fill(group, cost, workers, *args, level, ex, zones, zone_of)
-    book.record(got, diff, placed)
+        book.record(got, diff, placed, r)
+    got = strategies.water_fill(group, cost, workers, *args, level, ex, zones, rank)
+    book.record(got, diff, placed, r)
 
 
-def _preempt(book: Ledger, diff: Diff) -> None:
+def _preempt(book: Ledger, diff: Diff) -> bool:
     """Give pending tasks the places of replicas of tasks with at least two more owners.
 
     Fewest owners first; within that, by cost (biggest first) and id. Each goes to the worker
@@ -113,18 +148,20 @@ def _preempt(book: Ledger, diff: Diff) -> None:
     most = max(book.replicas, max(book.want.values(), default=0))
     short = [t for t in book.pending if len(owners_of[t]) + 2 <= most]
     if not short:
-        return
+        return False
     groups: dict[tuple[int, float, Labels], list[str]] = {}
     for t in short:
         groups.setdefault((len(owners_of[t]), cost[t], book.need_of(t)), []).append(t)
+    displaced = False
     for k, c, need in sorted(groups, key=lambda g: (g[0], -g[1], sorted(g[2]))):
         tasks = sorted(t for t in groups[(k, c, need)] if len(owners_of[t]) == k)
-        _swap_in(book, tasks, k, c, need, diff)
+        displaced |= _swap_in(book, tasks, k, c, need, diff)
+    return displaced
 
 
 def _swap_in(book: Ledger, tasks: list[str], k: int, c: float, need: Labels,
-             diff: Diff) -> None:
-    owners_of, cost, cap, load, zone_of = book.owners, book.cost, book.cap, book.load, book.zone_of
+             diff: Diff) -> bool:
+    owners_of, cost, cap, load, rank = book.owners, book.cost, book.cap, book.load, book.rank
     Slot = tuple[float, float, str, str, str]
 
     def slot(w: str) -> Slot | None:
@@ -136,10 +173,11 @@ def _swap_in(book: Ledger, tasks: list[str], k: int, c: float, need: Labels,
         if not vs:
             return None
         u = min(vs, key=lambda u: (-len(owners_of[u]), -cost[u], u))
-        return ((load[w] - cost[u] + c) / cap[w], -cap[w], zone_of[w], w, u)
+        return ((load[w] - cost[u] + c) / cap[w], -cap[w], rank[w], w, u)
 
     heap = [e for e in map(slot, (w for w in book.open_for(need) if cap[w] >= c - EPS)) if e]
     heapq.heapify(heap)
+    displaced = False
     for t in tasks:
         ex = book.excluded.get(t, {})
         skipped = []
@@ -158,9 +196,11 @@ def _swap_in(book: Ledger, tasks: list[str], k: int, c: float, need: Labels,
             diff.remove(w, u)
             book.link(t, w)
             diff.add(w, t)
+            displaced = True
             fresh = slot(w)
             if fresh:
                 heapq.heappush(heap, fresh)
             break
         for entry in skipped:
             heapq.heappush(heap, entry)
+    return displaced

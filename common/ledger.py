@@ -14,12 +14,12 @@ of a string: dicts keep insertion order and callers sort where an order is chose
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from .diff import Diff
-from .shapes import NO_LABELS, Labels
-from .strategies import EPS, Got, WaterLevel
+from .shapes import NO_LABELS, Labels, describe
+from .strategies import EPS, Got, Owners, WaterLevel
 from .zones import LiveTree, Path, Topology, topology
 
 T = TypeVar("T")
@@ -27,11 +27,18 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Some tasks' owner lists and some workers' task sets and loads, to put back exactly."""
+    """What a dry run may change, as it was: to put back exactly, dict order included.
 
-    owners: dict[str, list[str]]
-    workers: dict[str, tuple[dict[str, None], float]]
+    Loads, ``pending`` and the bare count are copied whole when the dry run starts; owners
+    and task sets are saved for each task and worker the first time they change.
+    """
+
+    loads: dict[str, float]
+    pending: dict[str, None]
+    bare: int
     version: int
+    owners: dict[str, Owners] = field(default_factory=dict)
+    tasks_of: dict[str, dict[str, None]] = field(default_factory=dict)
 
 
 class Ledger:
@@ -42,12 +49,14 @@ class Ledger:
         "_interned",
         "_live",
         "_open_for",
+        "bare",
         "cap",
         "cost",
         "costs",
         "crowded",
         "eligible",
         "excluded",
+        "journal",
         "labels",
         "levels",
         "load",
@@ -58,13 +67,13 @@ class Ledger:
         "path",
         "paths",
         "pending",
+        "rank",
         "replicas",
         "tasks_of",
         "top_of",
         "topo",
         "version",
         "want",
-        "zone_of",
     )
 
     def __init__(self, replicas: int) -> None:
@@ -77,7 +86,10 @@ class Ledger:
         self.open: dict[str, None] = {}  # eligible and max_load > 0, in insertion order
         self.open_version = 0  # bumps when `open` or its labels change (live trees, reasons)
         self.path: dict[str, Path] = {}
-        self.zone_of: dict[str, str] = {}  # worker -> its zone ("" for none): ties, views
+        # worker -> its zone and labels, as one string: orders break ties by it before names,
+        # and unlabelled workers come first (scarce labelled ones stay free for tasks that
+        # need them)
+        self.rank: dict[str, str] = {}
         self.labels: dict[str, Labels] = {}
         self.paths: dict[Path, int] = {}  # workers per distinct zone path
         self.topo = Topology()
@@ -88,8 +100,12 @@ class Ledger:
         self.costs: dict[float, int] = {}  # tasks per distinct cost (the smallest bounds moves)
         self.want: dict[str, int] = {}  # replicas, only where a task overrides the default
         self.need: dict[str, Labels] = {}  # required labels, only where a task has some
-        self.owners: dict[str, list[str]] = {}
+        # Owner tuples, not lists: a task without owners shares the empty tuple, tasks placed
+        # in one block share one tuple, and tuples of strings are smaller than lists and are
+        # left alone by the garbage collector — at a million tasks, that is most of the memory.
+        self.owners: dict[str, Owners] = {}
         self.pending: dict[str, None] = {}  # fewer owners than wanted, in the order they got so
+        self.bare = 0  # tasks with no owner at all (all pending ones: a fresh task list)
         self.excluded: dict[str, dict[str, None]] = {}  # task -> workers it must not go to
         self.crowded: dict[str, None] = {}
         self.levels: dict[Labels, WaterLevel] = {}  # one water-filling heap per label need
@@ -99,6 +115,7 @@ class Ledger:
         self._degraded: dict[str, None] = {}
         self._deg_dirty: dict[str, None] = {}
         self._deg_seen = -1  # open_version the degraded set was last fully computed for
+        self.journal: Snapshot | None = None  # set during a dry run (see `begin`)
 
     def intern(self, value: T) -> T:
         """One shared object per distinct cost, label set or path: a million tasks of cost 1.0
@@ -201,8 +218,8 @@ class Ledger:
         self.eligible[worker] = eligible
         self.tasks_of[worker] = {}
         path = self.path[worker] = self.intern(path)
-        self.zone_of[worker] = path[-1]
         self.labels[worker] = self.intern(labels)
+        self.rank[worker] = f"{path[-1]}\x00{describe(labels)}" if labels or path[-1] else ""
         n = self.paths.get(path, 0)
         self.paths[path] = n + 1
         if self.topo.zoned:
@@ -229,16 +246,17 @@ class Ledger:
         """Forget the worker; its replicas become pending. Returns the tasks it had."""
         tasks = self.tasks_of.pop(worker)
         for task in tasks:
-            owners = self.owners[task]
-            owners.remove(worker)
+            owners = self.owners[task] = tuple(o for o in self.owners[task] if o != worker)
             if len(owners) < self.want_of(task):
                 self.pending[task] = None
+            if not owners:
+                self.bare += 1
             self._recheck(task)
         was_open = worker in self.open
         self.open.pop(worker, None)
         del self.cap[worker], self.load[worker], self.eligible[worker], self.labels[worker]
         path = self.path.pop(worker)
-        del self.zone_of[worker]
+        del self.rank[worker]
         self.top_of.pop(worker, None)
         n = self.paths.pop(path) - 1
         if n:
@@ -260,8 +278,25 @@ class Ledger:
             self.want[task] = want
         if need:
             self.need[task] = self.intern(need)
-        self.owners[task] = []
+        self.owners[task] = ()
         self.pending[task] = None
+        self.bare += 1
+        self.version += 1
+
+    def add_plain(self, tasks: Mapping[str, float]) -> None:
+        """New tasks with a cost and nothing else (the bulk path of a big task list): C-level
+        updates instead of one call per task."""
+        intern = self.intern
+        costs: dict[float, list[str]] = {}
+        for task, cost in tasks.items():
+            costs.setdefault(cost, []).append(task)
+        for cost, ts in costs.items():
+            c = intern(cost)
+            self.cost.update(dict.fromkeys(ts, c))
+            self.costs[c] = self.costs.get(c, 0) + len(ts)
+        self.owners.update(dict.fromkeys(tasks, ()))
+        self.pending.update(dict.fromkeys(tasks))
+        self.bare += len(tasks)
         self.version += 1
 
     def drop_task(self, task: str) -> None:
@@ -270,7 +305,8 @@ class Ledger:
         n = self.costs.pop(cost) - 1
         if n:
             self.costs[cost] = n
-        del self.owners[task]
+        if not self.owners.pop(task):
+            self.bare -= 1
         self.want.pop(task, None)
         self.need.pop(task, None)
         self.excluded.pop(task, None)
@@ -312,9 +348,19 @@ class Ledger:
 
     # -- replicas -----------------------------------------------------------------------------
 
+    def _save(self, task: str, worker: str) -> None:
+        j = self.journal
+        if j is not None:
+            j.owners.setdefault(task, self.owners[task])
+            if worker not in j.tasks_of:
+                j.tasks_of[worker] = dict(self.tasks_of[worker])
+
     def link(self, task: str, worker: str) -> None:
-        owners = self.owners[task]
-        owners.append(worker)
+        assert worker not in self.owners[task], f"{task} linked to {worker} twice"
+        self._save(task, worker)
+        owners = self.owners[task] = (*self.owners[task], worker)
+        if len(owners) == 1:
+            self.bare -= 1
         self.tasks_of[worker][task] = None
         self.load[worker] += self.cost[task]
         self.touch(worker)
@@ -324,8 +370,10 @@ class Ledger:
         self.version += 1
 
     def unlink(self, task: str, worker: str) -> None:
-        owners = self.owners[task]
-        owners.remove(worker)
+        self._save(task, worker)
+        owners = self.owners[task] = tuple(o for o in self.owners[task] if o != worker)
+        if not owners:
+            self.bare += 1
         del self.tasks_of[worker][task]
         load = self.load[worker] - self.cost[task]
         self.load[worker] = load if load > EPS else 0.0
@@ -335,9 +383,17 @@ class Ledger:
         self._recheck(task)
         self.version += 1
 
-    def record(self, got: Got, diff: Diff, placed: list[str]) -> None:
-        """Book-keeping for replicas a strategy just added (it updated owners and loads)."""
+    def record(self, got: Got, diff: Diff, placed: list[str], r: int) -> None:
+        """Book-keeping for replicas a strategy just added in round ``r`` (it updated owners
+        and loads: one more owner per task). ``pending`` is left for `settle`."""
         tasks_of, add_many = self.tasks_of, diff.add_many
+        j = self.journal
+        if j is not None:  # owners and loads were saved by `begin`: strategies changed them
+            for w in got:
+                if w not in j.tasks_of:
+                    j.tasks_of[w] = dict(tasks_of[w])
+        if r == 0:
+            self.bare -= sum(map(len, got.values()))
         if len(self.levels) > 1:
             for w in got:  # loads changed behind the other needs' heaps
                 self.touch(w)
@@ -351,30 +407,38 @@ class Ledger:
                 tasks_of[w].update(dict.fromkeys(tasks))
                 add_many(w, tasks)
                 placed.extend(tasks)
-        pending, owners_of, want, default = self.pending, self.owners, self.want, self.replicas
-        for t in placed:
-            if len(owners_of[t]) >= want.get(t, default):
-                pending.pop(t, None)
         if self.topo.zoned:
             for t in placed:
                 self._recheck(t)
         self.version += 1
 
-    def snapshot(self, tasks: Mapping[str, None], workers: Mapping[str, None]) -> Snapshot:
-        return Snapshot(
-            {t: list(self.owners[t]) for t in tasks},
-            {w: (dict(self.tasks_of[w]), self.load[w]) for w in workers},
-            self.version,
-        )
+    def settle(self, short: set[str]) -> None:
+        """After a placing call (`record`): the pending tasks are now exactly those of
+        ``short`` (the ones a round could not give a replica), in their old order."""
+        self.pending = {t: None for t in self.pending if t in short} if short else {}
 
-    def restore(self, snap: Snapshot) -> None:
+    def begin(self) -> Snapshot:
+        """Start a dry run: from now on every change is journaled, for `rollback`. The
+        pending tasks' owners are saved now (placing changes them before recording)."""
+        snap = Snapshot(dict(self.load), dict(self.pending), self.bare, self.version)
+        snap.owners.update((t, self.owners[t]) for t in self.pending)
+        self.journal = snap
+        return snap
+
+    def rollback(self) -> None:
+        """Undo everything since `begin`, exactly."""
+        snap, self.journal = self.journal, None
+        assert snap is not None, "rollback without begin"
         for t, o in snap.owners.items():
-            self.owners[t][:] = o  # in place: callers may hold the list
+            self.owners[t] = o
             self._recheck(t)
-        for w, (tasks, load) in snap.workers.items():
+        for w, tasks in snap.tasks_of.items():
             mine = self.tasks_of[w]  # in place: the supervisor holds this dict
             mine.clear()
             mine.update(tasks)
-            self.load[w] = load
-            self.touch(w)
-        self.version = snap.version
+        load = self.load
+        for w, old in snap.loads.items():
+            if load[w] != old:
+                load[w] = old
+                self.touch(w)
+        self.pending, self.bare, self.version = snap.pending, snap.bare, snap.version

@@ -54,3 +54,20 @@ def reasons(book: Ledger) -> dict[str, str]:
             out[task] = (f"no room for cost {cost:g} on the {n} live workers{with_labels} "
                          "that could take it")
     return out
+
+
+def placeable(book: Ledger) -> bool:
+    """Does some pending replica fit on a worker that may take it (so `place` would place
+    it)? Cheap when nothing is pending."""
+    cap, load = book.cap, book.load
+    room: dict[tuple[Labels, float], list[str]] = {}
+    for task in book.pending:
+        need, cost = book.need.get(task, NO_LABELS), book.cost[task]
+        fits = room.get((need, cost))
+        if fits is None:
+            fits = room[(need, cost)] = [w for w in book.open_for(need)
+                                         if load[w] + cost <= cap[w] + EPS]
+        owners, ex = book.owners[task], book.excluded.get(task, {})
+        if any(w not in owners and w not in ex for w in fits):
+            return True
+    return False

@@ -43,7 +43,7 @@ default; water-filling) and ``proportional`` (the supervisor seed's rule).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Container, Iterable, Mapping
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from enum import Enum, StrEnum
 
 from . import coverage, pending, rebalance, shapes
@@ -113,7 +113,7 @@ class Placement:
             raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
         self.strategy = strategy
         self.book = Ledger(replicas)  # the state; placement modules read it directly
-        self.convergence = Convergence()  # the planned moves of the current convergence
+        self.convergence = Convergence(strategy)  # the plan of the current convergence
         self._balanced: tuple[int, float, bool] | None = None
 
     # -- queries -----------------------------------------------------------------------------
@@ -166,8 +166,9 @@ class Placement:
         as the worker is known (the supervisor keeps it)."""
         return self.book.tasks_of.get(worker, _NONE)
 
-    def owners(self, task: str) -> list[str]:
-        return self.book.owners.get(task, [])
+    def owners(self, task: str) -> Sequence[str]:
+        """The workers that hold a replica of the task (a tuple; empty if none or unknown)."""
+        return self.book.owners.get(task, ())
 
     def replicas_of(self, task: str) -> int:
         return self.book.want_of(task)
@@ -250,12 +251,19 @@ class Placement:
         """New tasks: id -> cost or `TaskShape`, or ids (cost 1). All their replicas start
         pending. A task already known is left as it is (`upsert_tasks` changes shapes)."""
         b = self.book
-        items = tasks.items() if isinstance(tasks, Mapping) else ((t, 1.0) for t in tasks)
-        for task, spec in items:
+        if not isinstance(tasks, Mapping):
+            b.add_plain(dict.fromkeys((t for t in tasks if t not in b.cost), 1.0))
+            return
+        plain: dict[str, float] = {}
+        for task, spec in tasks.items():
             cost, want, need = _shape(task, spec)
-            if task not in b.cost:
+            if task in b.cost:
+                continue
+            if want is None and not need:
+                plain[task] = cost
+            else:
                 b.add_task(task, cost, want, need)
-        b.version += 1
+        b.add_plain(plain)
 
     def upsert_tasks(self, tasks: Mapping[str, Shape]) -> Diff:
         """Add new tasks and change the shape of known ones in place (see `reshape`: a new
@@ -368,20 +376,19 @@ class Placement:
     def rebalance(self, tolerance: float, budget: int, pinned: Container[str] = ()
                   ) -> tuple[Diff, list[Move]]:
         """One pass of the current convergence (see `convergence`): at most ``budget`` of its
-        planned moves, at most one replica of any task, ``pinned`` tasks left for later;
-        planned afresh whenever anything changed since the last pass. Convergence is done
-        when `is_balanced` holds (equivalently, `planned_moves` is empty); a pass returning
-        no moves while it is not means the rest waits on ``pinned`` tasks."""
-        moves = self.convergence.step(self.book, tolerance, budget, pinned)
-        diff = Diff()
-        for m in moves:
-            diff.remove(m.source, m.task)
-            diff.add(m.target, m.task)
+        planned moves, at most one step for any task, ``pinned`` tasks left for later;
+        planned afresh whenever anything changed since the last pass. The diff is the whole
+        pass: the moves (hand them over make-before-break) and, beside them, plain starts
+        of pending replicas the moves made room for and, rarely, stops of redundant replicas
+        displaced to cover another task. Convergence is done when `is_balanced` holds; a
+        pass that changes nothing while it does not means the rest waits on ``pinned``."""
+        moves, diff = self.convergence.step(self.book, tolerance, budget, pinned)
         return diff, moves
 
     def is_balanced(self, tolerance: float, pinned: Container[str] = ()) -> bool:
-        """Does the criterion hold (given ``pinned``)? Exact. O(W) when it plainly does;
-        remembered until the next change when nothing is pinned."""
+        """Is the convergence done: no pending replica fits anywhere and the criterion holds
+        (given ``pinned``)? Exact. O(W) when it plainly does; remembered until the next
+        change when nothing is pinned."""
         if not pinned and self._balanced and self._balanced[:2] == (self.version, tolerance):
             return self._balanced[2]
         verdict = rebalance.balanced(self.book, tolerance, pinned)
@@ -392,4 +399,6 @@ class Placement:
     def planned_moves(self, tolerance: float, pinned: Container[str] = ()) -> list[Move]:
         """The moves the current convergence still plans to make (planning it if anything
         changed since): how far from balanced the placement is, in moves."""
-        return list(self.convergence.plan(self.book, tolerance, pinned))
+        steps = self.convergence.plan(self.book, tolerance, pinned)
+        return [Move(s.task, s.source, s.target) for s in steps
+                if s.source is not None and s.target is not None]

@@ -42,7 +42,8 @@ from bisect import bisect_left, insort
 from collections.abc import Container
 
 from .diff import Move
-from .ledger import Ledger, Snapshot
+from .ledger import Ledger
+from .pending import placeable
 from .strategies import EPS
 from .zones import domain
 
@@ -72,11 +73,11 @@ class Search:
     cost, sources in a max-heap by utilization, and the moves made so far."""
 
     def __init__(self, book: Ledger, tolerance: float, pinned: Container[str],
-                 journal: Snapshot | None = None, once: bool = True) -> None:
+                 once: bool = True, movable: set[tuple[str, str]] | None = None) -> None:
         self.book = book
         self.tol = tolerance
         self.pinned = pinned
-        self.journal = journal  # dry runs record what they change, to put it back
+        self.movable = movable  # if given: only these (task, worker) replicas may move
         self.once = once  # at most one replica of a task moves (a pass, not a dry run)
         self.moved: dict[str, None] = {}  # tasks with a replica moved in this pass
         self.stuck: dict[str, None] = {}  # sources found with no useful move
@@ -90,7 +91,7 @@ class Search:
         for lst in self.groups.values():
             lst.sort()
         util = book.util
-        self.heap = [(-util(w), -book.cap[w], book.zone_of[w], w)
+        self.heap = [(-util(w), -book.cap[w], book.rank[w], w)
                      for w in book.open if book.tasks_of[w]]
         heapq.heapify(self.heap)
         self.room: dict[tuple[int, str], float] | None = None  # for repairs, built on demand
@@ -104,7 +105,7 @@ class Search:
         book = self.book
         cap, load = book.cap[worker], book.load[worker]
         if load + self.cmin <= cap + EPS:
-            e = ((load + self.cmin) / cap, -cap, book.zone_of[worker], worker)
+            e = ((load + self.cmin) / cap, -cap, book.rank[worker], worker)
             self.entry[worker] = e
             insort(self._group(worker), e)
 
@@ -122,21 +123,17 @@ class Search:
 
     def apply(self, move: Move) -> None:
         book, (task, a, b) = self.book, (move.task, move.source, move.target)
-        j = self.journal
-        if j is not None:
-            if task not in j.owners:
-                j.owners[task] = list(book.owners[task])
-            for w in (a, b):
-                if w not in j.workers:
-                    j.workers[w] = (dict(book.tasks_of[w]), book.load[w])
         book.unlink(task, a)
         book.link(task, b)
         self.moved[task] = None
+        if self.movable is not None:
+            self.movable.discard((task, a))
+            self.movable.add((task, b))
         util = book.util
         for w in (a, b):
             self._reposition(w)
             if book.tasks_of[w]:
-                heapq.heappush(self.heap, (-util(w), -book.cap[w], book.zone_of[w], w))
+                heapq.heappush(self.heap, (-util(w), -book.cap[w], book.rank[w], w))
         if self.room is not None:  # a's room grew: keep `room` an upper bound
             free = book.cap[a] - book.load[a]
             for key in self._domains(a):
@@ -148,7 +145,7 @@ class Search:
         threshold = (book.load[a] + self.cmin) / book.cap[a] + self.tol + EPS
         for s in [s for s in self.stuck if util(s) > threshold or s in book.owners[task]]:
             del self.stuck[s]
-            heapq.heappush(self.heap, (-util(s), -book.cap[s], book.zone_of[s], s))
+            heapq.heappush(self.heap, (-util(s), -book.cap[s], book.rank[s], s))
 
     def _admissible(self, task: str, worker: str) -> bool:
         book = self.book
@@ -195,9 +192,10 @@ class Search:
         book = self.book
         cap_a, u_a = book.cap[a], book.util(a)
         pinned, moved, cost = self.pinned, self.moved if self.once else {}, book.cost
+        movable = self.movable
         tasks: dict[float, list[str]] = {}
         for t in book.tasks_of[a]:
-            if t not in pinned and t not in moved:
+            if t not in pinned and t not in moved and (movable is None or (t, a) in movable):
                 tasks.setdefault(cost[t], []).append(t)
         if not tasks:
             return None
@@ -309,7 +307,7 @@ class Search:
 
             def crowding(o: str) -> tuple[tuple[int, ...], float, float, str, str]:
                 others = [path[x] for x in owners if x != o]
-                return (topo.key(path[o], others), book.util(o), book.cap[o], book.zone_of[o], o)
+                return (topo.key(path[o], others), book.util(o), book.cap[o], book.rank[o], o)
 
             src = max(sources, key=crowding)
             others = [path[x] for x in owners if x != src]
@@ -321,7 +319,7 @@ class Search:
                 c, lw = book.cap[w], book.load[w]
                 if lw + cost > c + EPS:
                     continue
-                k = (topo.key(path[w], others), (lw + cost) / c, -c, book.zone_of[w], w)
+                k = (topo.key(path[w], others), (lw + cost) / c, -c, book.rank[w], w)
                 if best_key is None or k < best_key:
                     best, best_key = w, k
             if best is not None:
@@ -330,16 +328,18 @@ class Search:
 
 
 def run(book: Ledger, tolerance: float, budget: int, pinned: Container[str],
-        journal: Snapshot | None = None, once: bool = True) -> list[Move]:
+        once: bool = True, movable: set[tuple[str, str]] | None = None) -> list[Move]:
     """One pass (see the module docstring); with ``once`` False, replicas may move again and
-    an unlimited budget ends exactly at the fixed point (the dry run of `convergence`)."""
+    an unlimited budget ends exactly at the fixed point (the dry run of `convergence`). With
+    ``movable``, only those replicas move, and no repairs are made (`coverage` uses this to
+    even out the replicas it has just placed, which nobody runs yet)."""
     moves: list[Move] = []
     if budget <= 0 or len(book.open) < 1:
         return moves
-    degraded = book.degraded()
+    degraded = book.degraded() if movable is None else {}
     if not degraded and quick_balanced(book, tolerance):
         return moves
-    s = Search(book, tolerance, pinned, journal, once)
+    s = Search(book, tolerance, pinned, once, movable)
     while len(moves) < budget:
         made = len(moves)
         for task in sorted(book.degraded()):
@@ -358,7 +358,10 @@ def run(book: Ledger, tolerance: float, budget: int, pinned: Container[str],
 
 
 def balanced(book: Ledger, tolerance: float, pinned: Container[str]) -> bool:
-    """No repair and no useful balance move is left (given ``pinned``)."""
+    """No pending replica fits anywhere, and no repair and no useful balance move is left
+    (given ``pinned``)."""
+    if placeable(book):
+        return False
     degraded = book.degraded()
     if not degraded and quick_balanced(book, tolerance):
         return True
@@ -366,16 +369,3 @@ def balanced(book: Ledger, tolerance: float, pinned: Container[str]) -> bool:
     if any(s.repair(t) is not None for t in sorted(degraded) if t not in pinned):
         return False
     return not s.balance(1, apply=False)
-
-
-def dry_run(book: Ledger, tolerance: float, pinned: Container[str]
-            ) -> tuple[dict[str, list[str]], dict[str, list[str]], list[Move]]:
-    """Where the search ends, without moving anything: the owners of every task it would
-    touch, before and after, and its moves in order (replicas may move more than once)."""
-    snap = Snapshot({}, {}, book.version)
-    try:
-        moves = run(book, tolerance, 1 << 62, pinned, snap, once=False)
-        after = {t: list(book.owners[t]) for t in snap.owners}
-    finally:
-        book.restore(snap)
-    return {t: list(o) for t, o in snap.owners.items()}, after, moves

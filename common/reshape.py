@@ -46,6 +46,6 @@ def surplus(book: Ledger, task: str) -> str:
 
     def crowding(w: str) -> tuple[tuple[int, ...], float, float, str, str]:
         others = [path[o] for o in owners if o != w]
-        return (key(path[w], others), book.util(w), book.cap[w], book.zone_of[w], w)
+        return (key(path[w], others), book.util(w), book.cap[w], book.rank[w], w)
 
     return max(owners, key=crowding)

@@ -1,9 +1,9 @@
 """Where a replica goes: the placement strategies, as pure functions over plain dicts.
 
-Each function gets the tasks of one round and one cost (see `Placement.place`), the workers
-open for new replicas, and the mutable ``load`` and ``owners`` maps; it places what it can,
-updates ``load`` and ``owners``, and returns ``(got, left)``: worker -> tasks it was given, and
-the tasks it did not place. `Placement` does the rest of the book-keeping.
+Each function gets the tasks of one round and one cost (see `coverage`), the workers open for
+new replicas, and the mutable ``load`` and ``owners`` maps (owners as tuples); it places what
+it can, updates ``load`` and ``owners``, and returns ``(got, left)``: worker -> tasks it was
+given, and the tasks it did not place. `Ledger.record` does the rest of the book-keeping.
 
 ``least-utilized`` (`water_fill`, with `fill_blocks` as its bulk fast path): each replica goes
 to the open worker with the lowest utilization *after* placing it, ``(load + cost) / max_load``
@@ -32,26 +32,28 @@ from .zones import Chooser, Goal
 EPS = 1e-9
 
 Got = dict[str, list[str]]
-Slot = tuple[float, float, str, str]  # (key, -max_load, zone, worker): see WaterLevel
+Owners = tuple[str, ...]
+Slot = tuple[float, float, str, str]  # (key, -max_load, rank, worker): see WaterLevel
 
 
-class _NoZones(dict[str, str]):
-    """Every worker's zone is "" (for callers without zones)."""
+class _NoRank(dict[str, str]):
+    """Every worker's rank is "" (for callers whose workers have no zones or labels)."""
 
     def __missing__(self, key: str) -> str:
         return ""
 
 
-NO_ZONES: Mapping[str, str] = _NoZones()
+NO_RANK: Mapping[str, str] = _NoRank()
 
 
 class WaterLevel:
     """The water-filling heap of one task cost, kept between calls so that a small event (a
     death, a few new tasks) does not pay O(W) to rebuild it.
 
-    Entries are ``(key, -max_load, zone, worker)`` with key ``(load + cost) / max_load``: equal
-    keys go to the bigger worker first, then by zone, choices that do not depend on worker
-    names (two workers with equal key, max_load and zone have equal loads too, so which of
+    Entries are ``(key, -max_load, rank, worker)`` with key ``(load + cost) / max_load`` and
+    rank the worker's zone and labels (`Ledger.rank`): equal keys go to the bigger worker
+    first, then by rank — choices that do not depend on worker names (two workers with equal
+    key, max_load, zone and labels have equal loads too and are interchangeable, so which of
     them goes first changes no utilization and no zone spread). Whoever changes a
     worker's load, capacity or mode outside `water_fill` calls `touch`; the next call pushes a
     fresh entry for it. Old entries are not searched for: one whose key no longer matches the
@@ -81,17 +83,17 @@ class WaterLevel:
         open_workers: Mapping[str, None],
         cap: Mapping[str, float],
         load: Mapping[str, float],
-        zone_of: Mapping[str, str] = NO_ZONES,
+        rank: Mapping[str, str] = NO_RANK,
     ) -> list[Slot]:
         limit = cost - EPS
         if self.valid and self.cost == cost and len(self.heap) <= 2 * len(open_workers) + 64:
             heap = self.heap
             for w in self.dirty:
                 if w in open_workers and cap[w] - load[w] >= limit:
-                    heapq.heappush(heap, ((load[w] + cost) / cap[w], -cap[w], zone_of[w], w))
+                    heapq.heappush(heap, ((load[w] + cost) / cap[w], -cap[w], rank[w], w))
         else:
             heap = [
-                ((load[w] + cost) / cap[w], -cap[w], zone_of[w], w)
+                ((load[w] + cost) / cap[w], -cap[w], rank[w], w)
                 for w in open_workers
                 if cap[w] - load[w] >= limit
             ]
@@ -107,11 +109,11 @@ def water_fill(
     open_workers: Mapping[str, None],
     cap: dict[str, float],
     load: dict[str, float],
-    owners_of: dict[str, list[str]],
+    owners_of: dict[str, Owners],
     level: WaterLevel | None = None,
     excluded: Mapping[str, Collection[str]] | None = None,
     zones: Chooser | None = None,
-    zone_of: Mapping[str, str] = NO_ZONES,
+    rank: Mapping[str, str] = NO_RANK,
 ) -> Got:
     """Greedy water-filling with a heap: O(log W) per replica. Replicas that fit nowhere (or
     only on workers that already own the task, or are excluded from it) are left out.
@@ -122,10 +124,10 @@ def water_fill(
     got: Got = {}
     if not tasks:
         return got
-    heap = (level or WaterLevel()).heap_for(cost, open_workers, cap, load, zone_of)
+    heap = (level or WaterLevel()).heap_for(cost, open_workers, cap, load, rank)
     heapreplace, heappop, heappush = heapq.heapreplace, heapq.heappop, heapq.heappush
     for task in tasks:
-        owners = owners_of[task]
+        owners: Collection[str] = owners_of[task]
         if excluded and task in excluded:
             owners = [*owners, *excluded[task]]  # never placed on a worker it failed on
         goal: Goal | None = zones.goal(owners_of[task]) if zones and owners_of[task] else None
@@ -159,7 +161,7 @@ def water_fill(
             zones.refresh([e[3] for e in (skipped or [])] + [e[3] for e in spread_out] + [entry[3]])
             heappush(heap, entry)
         w = heap[0][3]
-        owners_of[task].append(w)
+        owners_of[task] = (*owners_of[task], w)
         mine = got.get(w)
         if mine is None:
             got[w] = [task]
@@ -169,7 +171,7 @@ def water_fill(
         load[w] = new
         c = cap[w]
         if new + cost <= c + EPS:
-            heapreplace(heap, ((new + cost) / c, -c, zone_of[w], w))
+            heapreplace(heap, ((new + cost) / c, -c, rank[w], w))
         else:
             heappop(heap)
         for item in skipped or ():
@@ -179,6 +181,23 @@ def water_fill(
     return got
 
 
+def strided(tasks: list[str], stride: int) -> list[str]:
+    """Every ``stride``-th task, then the next run, and so on: the order of a later round.
+
+    Round 0 hands tasks out in sorted order, so runs of neighbours land on one worker (a
+    block, or a cycle of equally loaded workers). Taking them in this order in the next
+    round gives the tasks of one such run their next replicas from many different workers,
+    not from one partner: when a worker leaves, the other replicas of its tasks are spread
+    over the fleet, and its departed replicas can go almost anywhere.
+    """
+    if stride <= 1 or len(tasks) <= stride:
+        return tasks if stride <= 1 else [*tasks[::2], *tasks[1::2]]
+    seq: list[str] = []
+    for start in range(stride):
+        seq.extend(tasks[start::stride])
+    return seq
+
+
 def fill_blocks(
     tasks: list[str],
     cost: float,
@@ -186,10 +205,10 @@ def fill_blocks(
     open_workers: list[str],
     cap: dict[str, float],
     load: dict[str, float],
-    owners_of: dict[str, list[str]],
+    owners_of: dict[str, Owners],
     excluded: Mapping[str, Collection[str]] | None = None,
     zones: Chooser | None = None,
-    zone_of: Mapping[str, str] = NO_ZONES,
+    rank: Mapping[str, str] = NO_RANK,
 ) -> tuple[Got, list[str]]:
     """The bulk of a large batch in O(n) instead of O(n log W): the same per-worker counts
     as water-filling, handed out as blocks; returns what `water_fill` should place.
@@ -199,11 +218,9 @@ def fill_blocks(
     water-filling would fill it too; the remainder (at most about one per worker, more when
     some are full) goes through the heap.
 
-    Round 0 hands out contiguous runs of the sorted task list. Later rounds hand out strided
-    runs (every S-th task, S about the number of workers), so the tasks one worker got in
-    round 0 get their next replicas from many different workers, not from one partner: when
-    a worker leaves, its tasks' other replicas are spread over the fleet and its departed
-    replicas can go anywhere. A task whose block lands on a worker that already owns it, is
+    Round 0 hands out contiguous runs of the sorted task list; later rounds get the list in
+    `strided` order, so that the tasks one worker got in round 0 get their next replicas
+    from many workers. A task whose block lands on a worker that already owns it, is
     excluded from it, or shares a top zone domain with one of its owners (``zones``) is
     deferred to the heap, which handles all three exactly.
     """
@@ -212,37 +229,34 @@ def fill_blocks(
     if not open_workers:
         return got, tasks
     level = (sum(load[w] for w in open_workers) + n * cost) / sum(cap[w] for w in open_workers)
-    if r == 0:
-        seq = tasks
-    else:
-        stride = len(open_workers) + r - 1
-        seq = []
-        for start in range(min(stride, n)):
-            seq.extend(tasks[start::stride])
+    seq = tasks  # later rounds come strided already (`strided`)
     deferred: list[str] = []
     pos = 0
-    # Blocks go out by zone, then worker id: within a zone, which of two workers with the same
-    # max_load and load takes which block changes no utilization and no spread.
-    for w in sorted(open_workers, key=lambda w: (zone_of[w], w)):
+    # Blocks go out by rank (zone, labels), then worker id: of two workers with the same rank,
+    # max_load and load, which takes which block changes no utilization and no spread.
+    for w in sorted(open_workers, key=lambda w: (rank[w], w)):
         c, lw = cap[w], load[w]
         k = min(math.floor((c - lw) / cost + EPS), math.floor((level * c - lw) / cost + EPS))
         if k <= 0:
             continue
         block = seq[pos : pos + k]
         pos += len(block)
-        mine = []
-        wtop = zones.top(w) if zones is not None else None
-        for t in block:
-            owners = owners_of[t]
-            if (
-                w in owners
-                or (excluded and w in excluded.get(t, ()))
-                or (zones is not None and owners and any(zones.top(o) == wtop for o in owners))
-            ):
-                deferred.append(t)
+        if excluded and not excluded.keys().isdisjoint(block):
+            mine = _checked_block(w, block, owners_of, excluded, zones, deferred)
+        elif r == 0:
+            # Fresh tasks (the bulk of a full placement): they all get the same one-owner
+            # tuple, in one C-level update.
+            mine = block
+            owners_of.update(dict.fromkeys(block, (w,)))
+        elif zones is None:
+            olds = [owners_of[t] for t in block]
+            if any(w in o for o in olds):
+                mine = _checked_block(w, block, owners_of, excluded, zones, deferred)
             else:
-                owners.append(w)
-                mine.append(t)
+                mine = block
+                owners_of.update(zip(block, [(*o, w) for o in olds], strict=True))
+        else:
+            mine = _checked_block(w, block, owners_of, excluded, zones, deferred)
         if mine:
             got[w] = mine
             load[w] = lw + cost * len(mine)
@@ -251,13 +265,34 @@ def fill_blocks(
     return got, seq[pos:] + deferred
 
 
+def _checked_block(w: str, block: list[str], owners_of: dict[str, Owners],
+                   excluded: Mapping[str, Collection[str]] | None, zones: Chooser | None,
+                   deferred: list[str]) -> list[str]:
+    """The tasks of a block that ``w`` may take: it does not own them, is not excluded from
+    them and (with zones) shares no top domain with an owner; the rest are deferred."""
+    mine = []
+    wtop = zones.top(w) if zones is not None else None
+    for t in block:
+        owners = owners_of[t]
+        if (
+            w in owners
+            or (excluded and w in excluded.get(t, ()))
+            or (zones is not None and owners and any(zones.top(o) == wtop for o in owners))
+        ):
+            deferred.append(t)
+        else:
+            owners_of[t] = (*owners, w)
+            mine.append(t)
+    return mine
+
+
 def proportional(
     tasks: list[str],
     cost: float,
     open_workers: Iterable[str],
     cap: dict[str, float],
     load: dict[str, float],
-    owners_of: dict[str, list[str]],
+    owners_of: dict[str, Owners],
     excluded: Mapping[str, Collection[str]] | None = None,
     zones: Chooser | None = None,
 ) -> tuple[Got, list[str]]:
@@ -290,7 +325,7 @@ def proportional(
                 and not (excluded and w in excluded.get(task, ()))
                 and not (tops and zones is not None and zones.top(w) in tops)
             ):
-                owners.append(w)
+                owners_of[task] = (*owners, w)
                 load[w] += cost
                 quota[w] -= cost
                 got.setdefault(w, []).append(task)
