@@ -210,13 +210,22 @@ def profile(p: Placement) -> list[float]:
     return sorted(round(p.utilization(w), 9) for w in p.workers)
 
 
-def converge(p: Placement, tolerance: float, budget: int, pinned: Collection[str] = ()
-             ) -> list[Move]:
+def converge(p: Placement, tolerance: float, budget: int, pinned: Collection[str] = (),
+             light: bool = False) -> list[Move]:
     """Place, then rebalance passes until the fixed point, checking every pass: within the
     budget, one replica per task, pinned tasks untouched, no spread lowered, the diff says
-    what the moves say."""
+    what the moves say (``light``: only the budget and the one replica per task, for big
+    fleets)."""
     p.place()
     moves: list[Move] = []
+    while light:
+        diff, ms = p.rebalance(tolerance, budget, pinned)
+        assert len(ms) <= budget and len({m.task for m in ms}) == len(ms)
+        if not diff:
+            assert pinned or p.is_balanced(tolerance)
+            check_once(moves)
+            return moves
+        moves += ms
     while True:
         spreads = {t: task_spread(p, t) for t in p.tasks}
         pending = p.pending()
