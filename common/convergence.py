@@ -2,10 +2,11 @@
 budgeted passes.
 
 A pass that finds the placement changed since its plan was made (any event: a join, a leave,
-a capacity or mode change, a task-list change, a rebuild, a drain, an exclusion) plans a new
-convergence: a dry run (`dry_run`) that places what is pending and rebalances, again and
-again, until nothing fits and no move is useful — unbudgeted, replicas free to move more than
-once — and from the owners before and after, the *net* steps: for each task, every owner
+a capacity or mode change, a task-list change, a rebuild, a drain, an exclusion) plans again:
+a dry run (`dry_run`) that places what is pending and rebalances, again and again, until
+nothing fits and no move is useful, or until it has made `PLAN_AHEAD` moves — unbudgeted
+otherwise, replicas free to move more than once — and from the owners before and after, the
+*net* steps: for each task, every owner
 its rebalance moves took a replica from, paired with one they put a replica on (the same top
 zone domain first), is a move; what placing did stays as it did it — a start (a pending
 replica that fits once the moves make room) or a stop (a redundant replica displaced so that
@@ -13,7 +14,12 @@ another task is covered), like `place` itself. The passes hand the steps out in 
 of the dry run, so:
 
 * within one convergence a replica moves at most once and nothing is undone (a → b → a
-  nets to no move at all), and the convergence ends at the dry run's fixed point;
+  nets to no move at all), and the convergence ends at the dry run's fixed point. A long
+  convergence (a zone coming back empty moves a tenth of all replicas) is planned a chunk
+  of `PLAN_AHEAD` moves at a time, so that planning costs a bounded time whatever happens;
+  the replicas moved by earlier chunks stay where they are in the later ones' dry runs
+  (``arrived``), unless the fixed point cannot be reached otherwise (`unfrozen` counts
+  that: the tests assert it stays 0 on their fleets);
 * a pass makes at most ``budget`` moves (starts and stops are not hand-offs and do not
   count), never two steps for a task one of which is a move (make-before-break keeps a
   task's other replicas in place while one is handed over), and leaves ``pinned`` tasks;
@@ -38,11 +44,11 @@ from collections import Counter
 from collections.abc import Container
 from dataclasses import dataclass
 
-from . import coverage
+from . import coverage, journal
 from .diff import Diff, Move
 from .ledger import Ledger
 from .pending import placeable
-from .rebalance import run
+from .rebalance import balanced, run
 from .strategies import EPS, Owners
 
 
@@ -56,24 +62,36 @@ class Step:
     target: str | None
 
 
-class Convergence:
-    """The planned steps not yet handed out, and the state they were planned for."""
+PLAN_AHEAD = 500  # moves one plan looks ahead: bounds the time a pass may spend planning
 
-    __slots__ = ("fallbacks", "raised", "steps", "strategy", "tolerance", "version")
+
+class Convergence:
+    """The planned steps not yet handed out, the state they were planned for, and the
+    replicas moved since the placement was last balanced."""
+
+    __slots__ = ("arrived", "complete", "fallbacks", "raised", "steps", "strategy",
+                 "tolerance", "unfrozen", "version")
 
     def __init__(self, strategy: str) -> None:
         self.strategy = strategy
         self.steps: list[Step] = []
+        self.complete = True  # the plan reaches the fixed point (not just PLAN_AHEAD moves)
         self.version = -1  # the ledger version the plan is valid for
         self.tolerance = 0.0
+        self.arrived: set[tuple[str, str]] = set()  # (task, worker) moved in, this convergence
         self.fallbacks = 0
         self.raised = 0
+        self.unfrozen = 0
 
     def plan(self, book: Ledger, tolerance: float, pinned: Container[str]) -> list[Step]:
         """The remaining planned steps, planning afresh if anything changed."""
         if self.version != book.version or self.tolerance != tolerance:
-            self.steps = net_steps(book, tolerance, pinned, self.strategy)
+            self.steps, self.complete, unfrozen = net_steps(
+                book, tolerance, pinned, self.strategy, self.arrived)
+            self.unfrozen += unfrozen
             self.version, self.tolerance = book.version, tolerance
+            if not self.steps and self.complete and not pinned:
+                self.arrived.clear()  # balanced: the next event starts a new convergence
         return self.steps
 
     def step(self, book: Ledger, tolerance: float, budget: int, pinned: Container[str]
@@ -94,7 +112,9 @@ class Convergence:
             # Every free planned step waits on another: untie with plain useful moves.
             self.fallbacks += 1
             self.version = -1
-            moves = run(book, tolerance, budget, pinned)
+            moves = (run(book, tolerance, budget, pinned, frozen=self.arrived)
+                     or run(book, tolerance, budget, pinned))
+            self.arrived.update((m.task, m.target) for m in moves)
             for m in moves:
                 diff.remove(m.source, m.task)
                 diff.add(m.target, m.task)
@@ -111,42 +131,72 @@ class Convergence:
                 diff.add(s.target, s.task)
             if s.source is not None and s.target is not None:
                 moves.append(Move(s.task, s.source, s.target))
+                self.arrived.add((s.task, s.target))
         self.version = book.version
+        if not self.steps and self.complete:
+            self.arrived.clear()  # at the fixed point: the next event starts a new convergence
         return moves, diff
 
 
 Seen = dict[tuple[str, str], tuple[int, bool]]  # (task, worker) -> (first step, by a move)
 
 
-def dry_run(book: Ledger, tolerance: float, pinned: Container[str], strategy: str
-            ) -> tuple[dict[str, Owners], dict[str, Owners], Seen]:
-    """Place and rebalance until the fixed point, then put everything back. Returns the
-    owners, before and after, of every task it touched, and for each replica it took off or
-    put on a worker, the first step at which it did, and whether a move did it."""
-    when: Seen = {}
-    snap = book.begin()
+class Dry:
+    """What a dry run found: the owners, before and after, of every task it touched; for
+    each replica it took off or put on a worker, the first step at which it did and whether
+    a move did it; whether it reached the fixed point; and whether it had to move replicas
+    that had arrived earlier in the convergence."""
+
+    __slots__ = ("after", "before", "complete", "unfrozen", "when")
+
+    def __init__(self) -> None:
+        self.before: dict[str, Owners] = {}
+        self.after: dict[str, Owners] = {}
+        self.when: Seen = {}
+        self.complete = True
+        self.unfrozen = False
+
+
+def dry_run(book: Ledger, tolerance: float, pinned: Container[str], strategy: str,
+            frozen: set[tuple[str, str]], limit: int = PLAN_AHEAD) -> Dry:
+    """Place and rebalance until the fixed point or ``limit`` moves, leaving ``frozen``
+    replicas where they are if it can; then put everything back."""
+    out = Dry()
+    when = out.when
+    snap = journal.begin(book)
     try:
-        for _ in range(len(book.pending) + 2):  # each round places, or it is the last
-            if placeable(book):
-                for w, d in coverage.place(book, strategy).workers.items():
-                    for t in (*d.remove, *d.add):
-                        when.setdefault((t, w), (len(when), False))
-            legs = run(book, tolerance, 1 << 62, pinned, once=False)
+        left = limit
+        while True:  # every round places or moves something, or it is the last
+            placed = coverage.place(book, strategy) if placeable(book) else Diff()
+            for w, d in placed.workers.items():
+                for t in (*d.remove, *d.add):
+                    when.setdefault((t, w), (len(when), False))
+            legs = run(book, tolerance, left, pinned, once=False,
+                       frozen=() if out.unfrozen else frozen)
+            left -= len(legs)
             for m in legs:
                 when.setdefault((m.task, m.source), (len(when), True))
                 when.setdefault((m.task, m.target), (len(when), True))
-            if not legs and not placeable(book):
+            if left <= 0:
+                out.complete = False
                 break
-        after = {t: book.owners[t] for t in snap.owners}
+            if not legs and not placed:
+                if out.unfrozen or not frozen or balanced(book, tolerance, pinned):
+                    break
+                out.unfrozen = True  # the fixed point needs an arrived replica to move on
+        out.after = {t: book.owners[t] for t in snap.owners}
     finally:
-        book.rollback()
-    return dict(snap.owners), after, when
+        journal.rollback(book)
+    out.before = dict(snap.owners)
+    return out
 
 
-def net_steps(book: Ledger, tolerance: float, pinned: Container[str], strategy: str
-              ) -> list[Step]:
-    """The dry run's net effect as steps, in the order it first made each of them."""
-    before, after, when = dry_run(book, tolerance, pinned, strategy)
+def net_steps(book: Ledger, tolerance: float, pinned: Container[str], strategy: str,
+              frozen: set[tuple[str, str]]) -> tuple[list[Step], bool, bool]:
+    """The dry run's net effect as steps, in the order it first made each of them; whether
+    they reach the fixed point; whether an arrived replica had to move again."""
+    dry = dry_run(book, tolerance, pinned, strategy, frozen)
+    before, after, when = dry.before, dry.after, dry.when
     top = book.top_of if book.topo.zoned else None
     out: list[tuple[int, Step]] = []
     for task, old in before.items():
@@ -164,7 +214,7 @@ def net_steps(book: Ledger, tolerance: float, pinned: Container[str], strategy: 
             out.append((when[(task, src)][0], Step(task, src, dst)))
         out.extend((when[(task, dst)][0], Step(task, None, dst)) for dst in came)
     out.sort(key=lambda item: item[0])
-    return [s for _, s in out]
+    return [s for _, s in out], dry.complete, dry.unfrozen
 
 
 def _choose(book: Ledger, plan: list[Step], budget: int, pinned: Container[str],

@@ -14,10 +14,10 @@ of a string: dicts keep insertion order and callers sort where an order is chose
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 from .diff import Diff
+from .journal import Snapshot
 from .shapes import NO_LABELS, Labels, describe
 from .strategies import EPS, Got, Owners, WaterLevel
 from .zones import LiveTree, Path, Topology, topology
@@ -25,55 +25,12 @@ from .zones import LiveTree, Path, Topology, topology
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    """What a dry run may change, as it was: to put back exactly, dict order included.
-
-    Loads, ``pending`` and the bare count are copied whole when the dry run starts; owners
-    and task sets are saved for each task and worker the first time they change.
-    """
-
-    loads: dict[str, float]
-    pending: dict[str, None]
-    bare: int
-    version: int
-    owners: dict[str, Owners] = field(default_factory=dict)
-    tasks_of: dict[str, dict[str, None]] = field(default_factory=dict)
-
-
 class Ledger:
     __slots__ = (
-        "_deg_dirty",
-        "_deg_seen",
-        "_degraded",
-        "_interned",
-        "_live",
-        "_open_for",
-        "bare",
-        "cap",
-        "cost",
-        "costs",
-        "crowded",
-        "eligible",
-        "excluded",
-        "journal",
-        "labels",
-        "levels",
-        "load",
-        "need",
-        "open",
-        "open_version",
-        "owners",
-        "path",
-        "paths",
-        "pending",
-        "rank",
-        "replicas",
-        "tasks_of",
-        "top_of",
-        "topo",
-        "version",
-        "want",
+        "_deg_dirty", "_deg_seen", "_degraded", "_interned", "_live", "_open_for", "bare", "cap",
+        "cost", "costs", "crowded", "eligible", "excluded", "journal", "labels", "levels", "load",
+        "need", "open", "open_version", "owners", "path", "paths", "pending", "rank", "replicas",
+        "tasks_of", "top_of", "topo", "version", "want",
     )
 
     def __init__(self, replicas: int) -> None:
@@ -115,7 +72,7 @@ class Ledger:
         self._degraded: dict[str, None] = {}
         self._deg_dirty: dict[str, None] = {}
         self._deg_seen = -1  # open_version the degraded set was last fully computed for
-        self.journal: Snapshot | None = None  # set during a dry run (see `begin`)
+        self.journal: Snapshot | None = None  # set during a dry run (see `journal`)
 
     def intern(self, value: T) -> T:
         """One shared object per distinct cost, label set or path: a million tasks of cost 1.0
@@ -183,7 +140,7 @@ class Ledger:
         for level in self.levels.values():
             level.touch(worker)
 
-    def _recheck(self, task: str) -> None:
+    def recheck(self, task: str) -> None:
         """Keep ``crowded`` right after the task's owners changed."""
         if not self.topo.zoned:
             return
@@ -206,7 +163,7 @@ class Ledger:
         self._deg_seen = -1
         if topo.zoned:
             for t in self.owners:
-                self._recheck(t)
+                self.recheck(t)
         self._changed_open()
 
     # -- workers ------------------------------------------------------------------------------
@@ -251,7 +208,7 @@ class Ledger:
                 self.pending[task] = None
             if not owners:
                 self.bare += 1
-            self._recheck(task)
+            self.recheck(task)
         was_open = worker in self.open
         self.open.pop(worker, None)
         del self.cap[worker], self.load[worker], self.eligible[worker], self.labels[worker]
@@ -366,7 +323,7 @@ class Ledger:
         self.touch(worker)
         if len(owners) >= self.want_of(task):
             self.pending.pop(task, None)
-        self._recheck(task)
+        self.recheck(task)
         self.version += 1
 
     def unlink(self, task: str, worker: str) -> None:
@@ -380,7 +337,7 @@ class Ledger:
         self.touch(worker)
         if len(owners) < self.want_of(task):
             self.pending[task] = None
-        self._recheck(task)
+        self.recheck(task)
         self.version += 1
 
     def record(self, got: Got, diff: Diff, placed: list[str], r: int) -> None:
@@ -388,7 +345,7 @@ class Ledger:
         and loads: one more owner per task). ``pending`` is left for `settle`."""
         tasks_of, add_many = self.tasks_of, diff.add_many
         j = self.journal
-        if j is not None:  # owners and loads were saved by `begin`: strategies changed them
+        if j is not None:  # strategies changed owners and loads: `journal.begin` saved them
             for w in got:
                 if w not in j.tasks_of:
                     j.tasks_of[w] = dict(tasks_of[w])
@@ -409,36 +366,10 @@ class Ledger:
                 placed.extend(tasks)
         if self.topo.zoned:
             for t in placed:
-                self._recheck(t)
+                self.recheck(t)
         self.version += 1
 
     def settle(self, short: set[str]) -> None:
         """After a placing call (`record`): the pending tasks are now exactly those of
         ``short`` (the ones a round could not give a replica), in their old order."""
         self.pending = {t: None for t in self.pending if t in short} if short else {}
-
-    def begin(self) -> Snapshot:
-        """Start a dry run: from now on every change is journaled, for `rollback`. The
-        pending tasks' owners are saved now (placing changes them before recording)."""
-        snap = Snapshot(dict(self.load), dict(self.pending), self.bare, self.version)
-        snap.owners.update((t, self.owners[t]) for t in self.pending)
-        self.journal = snap
-        return snap
-
-    def rollback(self) -> None:
-        """Undo everything since `begin`, exactly."""
-        snap, self.journal = self.journal, None
-        assert snap is not None, "rollback without begin"
-        for t, o in snap.owners.items():
-            self.owners[t] = o
-            self._recheck(t)
-        for w, tasks in snap.tasks_of.items():
-            mine = self.tasks_of[w]  # in place: the supervisor holds this dict
-            mine.clear()
-            mine.update(tasks)
-        load = self.load
-        for w, old in snap.loads.items():
-            if load[w] != old:
-                load[w] = old
-                self.touch(w)
-        self.pending, self.bare, self.version = snap.pending, snap.bare, snap.version

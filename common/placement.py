@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Container, Iterable, Mapping, Sequence
-from enum import Enum, StrEnum
+from enum import StrEnum
 
 from . import coverage, pending, rebalance, shapes
 from .convergence import Convergence
@@ -54,10 +54,11 @@ from .ledger import Ledger
 from .reshape import reshape
 from .shapes import NO_LABELS, Labels, TaskShape, describe
 from .strategies import EPS
+from .verdicts import Assigned, Outlook
 from .zones import Topology, zone_path
 
-__all__ = ["LEAST_UTILIZED", "PROPORTIONAL", "STRATEGIES", "Assigned", "Mode", "Placement",
-           "TaskShape"]
+__all__ = ["LEAST_UTILIZED", "PROPORTIONAL", "STRATEGIES", "Assigned", "Mode", "Outlook",
+           "Placement", "TaskShape"]
 
 _NONE: dict[str, None] = {}
 
@@ -73,22 +74,6 @@ class Mode(StrEnum):
 
     ELIGIBLE = "eligible"
     HOLD = "hold"
-
-
-class Assigned(Enum):
-    """What `Placement.assign` did: truthy only for OK; otherwise the reason it refused."""
-
-    OK = "assigned"
-    UNKNOWN_TASK = "no such task"
-    UNKNOWN_WORKER = "no such worker"
-    OWNER = "the worker already runs a replica of the task"
-    COMPLETE = "the task already has all its replicas"
-    EXCLUDED = "the task is excluded from the worker"
-    LABELS = "the worker lacks a label the task requires"
-    NO_ROOM = "the worker has no room for the task"
-
-    def __bool__(self) -> bool:
-        return self is Assigned.OK
 
 
 Shape = float | TaskShape
@@ -395,6 +380,13 @@ class Placement:
         if not pinned:
             self._balanced = (self.version, tolerance, verdict)
         return verdict
+
+    def outlook(self, tolerance: float, pinned: Container[str] = ()) -> Outlook:
+        """For status views: is the convergence done, how many moves does its plan still
+        hold, and does the plan reach the fixed point (or is it the first `PLAN_AHEAD`
+        moves of a longer convergence)?"""
+        moves = self.planned_moves(tolerance, pinned)
+        return Outlook(self.is_balanced(tolerance, pinned), len(moves), self.convergence.complete)
 
     def planned_moves(self, tolerance: float, pinned: Container[str] = ()) -> list[Move]:
         """The moves the current convergence still plans to make (planning it if anything

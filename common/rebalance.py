@@ -73,11 +73,18 @@ class Search:
     cost, sources in a max-heap by utilization, and the moves made so far."""
 
     def __init__(self, book: Ledger, tolerance: float, pinned: Container[str],
-                 once: bool = True, movable: set[tuple[str, str]] | None = None) -> None:
+                 once: bool = True, movable: set[tuple[str, str]] | None = None,
+                 frozen: Container[tuple[str, str]] = ()) -> None:
         self.book = book
         self.tol = tolerance
         self.pinned = pinned
-        self.movable = movable  # if given: only these (task, worker) replicas may move
+        self.frozen = frozen  # (task, worker) replicas that must stay where they are
+        # If given, only these replicas may move: per worker, for the sources.
+        self.movable: dict[str, dict[str, None]] | None = None
+        if movable is not None:
+            self.movable = {}
+            for t, w in movable:
+                self.movable.setdefault(w, {})[t] = None
         self.once = once  # at most one replica of a task moves (a pass, not a dry run)
         self.moved: dict[str, None] = {}  # tasks with a replica moved in this pass
         self.stuck: dict[str, None] = {}  # sources found with no useful move
@@ -91,8 +98,9 @@ class Search:
         for lst in self.groups.values():
             lst.sort()
         util = book.util
+        sources = book.open if self.movable is None else self.movable
         self.heap = [(-util(w), -book.cap[w], book.rank[w], w)
-                     for w in book.open if book.tasks_of[w]]
+                     for w in sources if w in book.open and book.tasks_of[w]]
         heapq.heapify(self.heap)
         self.room: dict[tuple[int, str], float] | None = None  # for repairs, built on demand
 
@@ -127,8 +135,8 @@ class Search:
         book.link(task, b)
         self.moved[task] = None
         if self.movable is not None:
-            self.movable.discard((task, a))
-            self.movable.add((task, b))
+            del self.movable[a][task]
+            self.movable.setdefault(b, {})[task] = None
         util = book.util
         for w in (a, b):
             self._reposition(w)
@@ -157,45 +165,45 @@ class Search:
         need = book.need.get(task)
         return not need or need <= book.labels[worker]
 
-    def _compatible(self, a: str, tasks: dict[float, list[str]], group: str
-                    ) -> dict[float, list[tuple[str, bool]]]:
-        """``a``'s tasks that a worker of top domain ``group`` may take without lowering their
-        spread at the top level; True marks those whose deeper levels need a per-worker look."""
-        book = self.book
-        top, deep = book.top_of, book.topo.depth > book.topo.first
-        mine = top[a]
-        out: dict[float, list[tuple[str, bool]]] = {}
-        for c, ts in tasks.items():
-            ok = []
-            for t in ts:
-                n_here = n_there = 0
-                for o in book.owners[t]:
-                    if o != a:
-                        n_here += top[o] == mine
-                        n_there += top[o] == group
-                if n_there < n_here:
-                    ok.append((t, False))  # better spread at the top level: deeper is moot
-                elif n_there == n_here:
-                    ok.append((t, deep and n_there > 0))
-            if ok:
-                out[c] = ok
-        return out
-
     def _keeps_spread(self, task: str, a: str, b: str) -> bool:
         book = self.book
         others = [book.path[o] for o in book.owners[task] if o != a]
         key = book.topo.key
         return key(book.path[b], others) <= key(book.path[a], others)
 
+    def _zones(self, a: str, tasks: dict[float, list[str]]
+               ) -> tuple[dict[str, tuple[dict[str, int], int]], dict[str, int]]:
+        """For each of ``a``'s tasks: how many of its other owners are in each top domain,
+        and how many in a's own; and per top domain, how many tasks may not go there at all
+        (more of their owners there than in a's: the spread would drop)."""
+        book = self.book
+        top, owners = book.top_of, book.owners
+        mine = top[a]
+        info: dict[str, tuple[dict[str, int], int]] = {}
+        blocked: dict[str, int] = {}
+        for ts in tasks.values():
+            for t in ts:
+                cnt: dict[str, int] = {}
+                for o in owners[t]:
+                    if o != a:
+                        cnt[top[o]] = cnt.get(top[o], 0) + 1
+                here = cnt.get(mine, 0)
+                info[t] = (cnt, here)
+                for g, n in cnt.items():
+                    if n > here:
+                        blocked[g] = blocked.get(g, 0) + 1
+        return info, blocked
+
     def best_move(self, a: str) -> Move | None:
         """``a``'s best useful move: largest gain, then lowest target utilization after it."""
         book = self.book
         cap_a, u_a = book.cap[a], book.util(a)
         pinned, moved, cost = self.pinned, self.moved if self.once else {}, book.cost
-        movable = self.movable
+        frozen = self.frozen
+        mine = book.tasks_of[a] if self.movable is None else self.movable.get(a, {})
         tasks: dict[float, list[str]] = {}
-        for t in book.tasks_of[a]:
-            if t not in pinned and t not in moved and (movable is None or (t, a) in movable):
+        for t in mine:
+            if t not in pinned and t not in moved and (not frozen or (t, a) not in frozen):
                 tasks.setdefault(cost[t], []).append(t)
         if not tasks:
             return None
@@ -205,13 +213,17 @@ class Search:
         if gmax <= best_g:
             return None
         zoned = book.topo.zoned
-        load, labels_needed = book.load, bool(book.need)
+        if zoned:
+            info, blocked = self._zones(a, tasks)
+            ntasks = len(info)
+            deep = book.topo.depth > book.topo.first
+        load, owners, excluded = book.load, book.owners, book.excluded
+        labels_needed = bool(book.need)
         for group, lst in self.groups.items():
             if not lst or u_a - lst[0][0] <= best_g - EPS:
                 continue
-            compat = self._compatible(a, tasks, group) if zoned else None
-            if compat is not None and not compat:
-                continue
+            if zoned and blocked.get(group, 0) == ntasks:
+                continue  # none of a's tasks may go to this domain
             for kb, negcap, _, b in lst:
                 if u_a - kb <= best_g - EPS or (best is not None and best_g >= gmax - EPS
                                                  and kb >= best_k - EPS):
@@ -232,19 +244,19 @@ class Search:
                 opts.sort()
                 for neg_g, k, c in opts:
                     found = None
-                    if compat is None:
-                        for t in tasks[c]:
-                            if b in book.owners[t]:
+                    for t in tasks[c]:
+                        if b in owners[t]:
+                            continue
+                        if (labels_needed or t in excluded) and not self._admissible(t, b):
+                            continue
+                        if zoned:
+                            cnt, here = info[t]
+                            n = cnt.get(group, 0)
+                            if n > here or (deep and n == here and n > 0
+                                            and not self._keeps_spread(t, a, b)):
                                 continue
-                            if (labels_needed or t in book.excluded) and not self._admissible(t, b):
-                                continue
-                            found = t
-                            break
-                    else:
-                        for t, deep in compat.get(c, ()):
-                            if self._admissible(t, b) and (not deep or self._keeps_spread(t, a, b)):
-                                found = t
-                                break
+                        found = t
+                        break
                     if found is not None:
                         best, best_g, best_k = Move(found, a, b), -neg_g, k
                         break
@@ -299,7 +311,7 @@ class Search:
             if not low:
                 continue
             fullest = max(node.counts.values())
-            sources = [o for o in owners if o in book.open
+            sources = [o for o in owners if o in book.open and (task, o) not in self.frozen
                        and node.counts.get(domain(path[o], lv)) == fullest
                        and (lv == topo.first or domain(path[o], lv - 1) == node.parent)]
             if not sources:
@@ -328,7 +340,8 @@ class Search:
 
 
 def run(book: Ledger, tolerance: float, budget: int, pinned: Container[str],
-        once: bool = True, movable: set[tuple[str, str]] | None = None) -> list[Move]:
+        once: bool = True, movable: set[tuple[str, str]] | None = None,
+        frozen: Container[tuple[str, str]] = ()) -> list[Move]:
     """One pass (see the module docstring); with ``once`` False, replicas may move again and
     an unlimited budget ends exactly at the fixed point (the dry run of `convergence`). With
     ``movable``, only those replicas move, and no repairs are made (`coverage` uses this to
@@ -339,10 +352,11 @@ def run(book: Ledger, tolerance: float, budget: int, pinned: Container[str],
     degraded = book.degraded() if movable is None else {}
     if not degraded and quick_balanced(book, tolerance):
         return moves
-    s = Search(book, tolerance, pinned, once, movable)
+    s = Search(book, tolerance, pinned, once, movable, frozen)
+    repairing = movable is None
     while len(moves) < budget:
         made = len(moves)
-        for task in sorted(book.degraded()):
+        for task in sorted(book.degraded()) if repairing else ():
             if len(moves) >= budget:
                 break
             if task in pinned or (once and task in s.moved):
@@ -352,7 +366,7 @@ def run(book: Ledger, tolerance: float, budget: int, pinned: Container[str],
                 s.apply(move)
                 moves.append(move)
         moves += s.balance(budget - len(moves))
-        if len(moves) == made or not book.degraded():
+        if len(moves) == made or not repairing or not book.degraded():
             break
     return moves
 

@@ -206,6 +206,7 @@ class PlacementMachine(RuleBasedStateMachine):
         if hasattr(self, "p"):
             check_books(self.p)
             assert self.p.convergence.fallbacks == 0, "a convergence plan got stuck"
+            assert self.p.convergence.unfrozen == 0, "a replica had to move twice"
 
 
 PlacementMachine.TestCase.settings = settings(stateful_step_count=25)
