@@ -85,7 +85,8 @@ class Convergence:
 
     def plan(self, book: Ledger, tolerance: float, pinned: Container[str]) -> list[Step]:
         """The remaining planned steps, planning afresh if anything changed."""
-        if self.version != book.version or self.tolerance != tolerance:
+        if (self.version != book.version or self.tolerance != tolerance
+                or not (self.steps or self.complete)):  # a chunk ran out: plan the next
             self.steps, self.complete, unfrozen = net_steps(
                 book, tolerance, pinned, self.strategy, self.arrived)
             self.unfrozen += unfrozen

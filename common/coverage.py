@@ -3,9 +3,11 @@
 Round r gives an (r+1)-th owner to every pending task that has exactly r (and wants more), so
 every task gets a first replica before any gets a second — when capacity is short, as many
 tasks as possible run at all. Within a round, tasks are grouped by (cost, required labels):
-the biggest cost first (like LPT scheduling), each group sorted by id so the result does not
-depend on the order tasks arrived in. A group goes only to the open workers that have every
-label it requires; a replica that fits on none of them stays pending (`pending` says why).
+the biggest cost first (like LPT scheduling), then those with labels to meet (they have the
+fewest workers to choose from: the others fill in around them), each group sorted by id so
+the result does not depend on the order tasks arrived in. A group goes only to the open
+workers that have every label it requires; a replica that fits on none of them stays pending
+(`pending` says why).
 
 Coverage before redundancy holds also when the capacity is already taken: a pending task
 that fits nowhere takes the place of a replica of a task that has at least two more owners
@@ -27,6 +29,7 @@ from .ledger import Ledger
 from .rebalance import quick_balanced, run
 from .shapes import NO_LABELS, Labels
 from .strategies import EPS, WaterLevel
+from .zonefill import MAX_DOMAINS, fill_zoned_blocks, water_fill_zoned
 from .zones import Chooser
 
 LEAST_UTILIZED = "least-utilized"
@@ -37,24 +40,27 @@ STRATEGIES = (LEAST_UTILIZED, PROPORTIONAL)
 def place(book: Ledger, strategy: str) -> Diff:
     """Place every pending replica that fits somewhere, coverage before redundancy."""
     diff = Diff()
+    first = book.bare == len(book.cost)  # no replica anywhere yet: all will be fresh
     # Displaced replicas are pending again and may fit elsewhere: place until nothing moves.
     while book.pending:
         _rounds(book, strategy, diff)
         if not book.pending or not _preempt(book, diff):
             break
     if diff and strategy == LEAST_UTILIZED:
-        _even_out(book, diff)
+        _even_out(book, diff, first)
     return diff
 
 
-def _even_out(book: Ledger, diff: Diff) -> None:
+def _even_out(book: Ledger, diff: Diff, first: bool) -> None:
     """Move the replicas just placed among themselves until no useful move is left: one
     task at a time, the distinct-owner rule can leave the greedy a task off (4 workers,
     replicas 2, one leaves: 13/12/11 where 12/12/12 fits). Nobody runs them yet, so this
     costs no hand-off; later rebalance passes then have nothing to do."""
-    fresh = {(t, w) for w, d in diff.workers.items() for t in d.add}
-    if not fresh or quick_balanced(book, 0.0):
+    if quick_balanced(book, 0.0):
         return
+    fresh = None if first else {(t, w) for w, d in diff.workers.items() for t in d.add}
+    if fresh is not None and len(fresh) > 4 * len(book.open):
+        return  # a big batch (a zone's worth) lands close to level; passes see to the rest
     for m in run(book, 0.0, 1 << 62, (), once=False, movable=fresh):
         diff.remove(m.source, m.task)
         diff.add(m.target, m.task)
@@ -96,12 +102,22 @@ def _groups(book: Ledger, batch: list[str]) -> list[tuple[tuple[float, Labels], 
     """The batch (sorted) as groups of one cost and label need, in their order."""
     cost, need = book.cost, book.need
     first = cost[batch[0]]
-    if not need and (len(book.costs) == 1 or all(cost[t] == first for t in batch)):
+    uniform = len(book.costs) == 1 or all(cost[t] == first for t in batch)
+    if not need and uniform:
         return [((first, NO_LABELS), batch)]
     groups: dict[tuple[float, Labels], list[str]] = {}
-    for t in batch:
-        groups.setdefault((cost[t], need.get(t, NO_LABELS)), []).append(t)
-    order = sorted(groups, key=lambda k: (-k[0], sorted(k[1])))
+    if uniform:  # one cost: only the few tasks that need labels are looked at one by one
+        groups[(first, NO_LABELS)] = [t for t in batch if t not in need]
+        for t in [t for t in batch if t in need]:
+            groups.setdefault((first, need[t]), []).append(t)
+        if not groups[(first, NO_LABELS)]:
+            del groups[(first, NO_LABELS)]
+    else:
+        for t in batch:
+            groups.setdefault((cost[t], need.get(t, NO_LABELS)), []).append(t)
+    # Biggest cost first (like LPT), then the most constrained: tasks that need labels go
+    # before those that can go anywhere, which then fill in around them.
+    order = sorted(groups, key=lambda k: (-k[0], -len(k[1]), sorted(k[1])))
     return [(k, groups[k]) for k in order]
 
 
@@ -110,29 +126,42 @@ def _place_group(book: Ledger, strategy: str, group: list[str], cost: float, nee
     workers = book.open_for(need)
     if not workers:
         return
-    if r > 0:
-        group = strategies.strided(group, len(workers) + r - 1)
     zones = None
     if r > 0 and book.topo.zoned:
         cap, load = book.cap, book.load
         room = [w for w in workers if cap[w] - load[w] >= cost - EPS]
-        zones = Chooser(book.topo, book.path, room)
+        zones = Chooser(book.topo, book.path, book.top_of, room)
     level = book.levels.get(need)
     if level is None:
         level = book.levels[need] = WaterLevel()
     args = (book.cap, book.load, book.owners)
     ex, rank = book.excluded, book.rank
+    # From round 1 on, tasks go in `strided` order (the zoned blocks stride their pools):
+    # the tasks one worker got in a round get their next replicas from many workers.
+    spread = r == 0
     if strategy == PROPORTIONAL:
         got, group = strategies.proportional(group, cost, workers, *args, ex, zones)
         level.invalidate()
         book.record(got, diff, placed, r)
-    elif len(group) >= 8 * len(book.cap):
-        # A big batch (a full placement): the O(n) block pass first; the heap after.
-        got, group = strategies.fill_blocks(group, cost, r, list(workers), *args, ex, zones,
-                                            rank)
+    elif len(group) >= 8 * len(workers):
+        # A big batch (a full placement, a zone's worth): O(n) blocks first; the heap after.
+        if zones is not None:
+            got, group = fill_zoned_blocks(group, cost, list(workers), *args, ex, zones, rank)
+        else:
+            if not spread:
+                group = strategies.strided(group, len(workers) + r - 1)
+            got, group = strategies.fill_blocks(group, cost, r, list(workers), *args, ex,
+                                                rank)
+        spread = True
         level.invalidate()
-        book.record(got, diff, placed, r)
-    got = strategies.water_fill(group, cost, workers, *args, level, ex, zones, rank)
+        book.record(got, diff, placed, r, spread=True)  # blocks keep owners' domains apart
+    if not spread:
+        group = strategies.strided(group, len(workers) + r - 1)
+    if zones is not None and len(zones.room_tops) <= MAX_DOMAINS:
+        got = water_fill_zoned(group, cost, workers, *args, ex, zones, rank)
+        level.invalidate()  # loads changed behind its back
+    else:
+        got = strategies.water_fill(group, cost, workers, *args, level, ex, zones, rank)
     book.record(got, diff, placed, r)
 
 

@@ -202,13 +202,25 @@ class Ledger:
     def drop_worker(self, worker: str) -> dict[str, None]:
         """Forget the worker; its replicas become pending. Returns the tasks it had."""
         tasks = self.tasks_of.pop(worker)
+        owners_of, want, default = self.owners, self.want, self.replicas
+        crowded, zoned = self.crowded, self.topo.zoned
+        # One pass over the worker's tasks (thousands, when a zone dies), kept lean: the
+        # common shapes of owner tuple are rebuilt without a generator, and only a task
+        # that was crowded can change that by losing an owner.
+        owners: Owners
         for task in tasks:
-            owners = self.owners[task] = tuple(o for o in self.owners[task] if o != worker)
-            if len(owners) < self.want_of(task):
-                self.pending[task] = None
-            if not owners:
+            old = owners_of[task]
+            if len(old) == 1:
+                owners = owners_of[task] = ()
                 self.bare += 1
-            self.recheck(task)
+            elif len(old) == 2:
+                owners = owners_of[task] = (old[1],) if old[0] == worker else (old[0],)
+            else:
+                owners = owners_of[task] = tuple(o for o in old if o != worker)
+            if len(owners) < want.get(task, default):
+                self.pending[task] = None
+            if zoned and task in crowded:
+                self.recheck(task)
         was_open = worker in self.open
         self.open.pop(worker, None)
         del self.cap[worker], self.load[worker], self.eligible[worker], self.labels[worker]
@@ -340,9 +352,11 @@ class Ledger:
         self.recheck(task)
         self.version += 1
 
-    def record(self, got: Got, diff: Diff, placed: list[str], r: int) -> None:
+    def record(self, got: Got, diff: Diff, placed: list[str], r: int,
+               spread: bool = False) -> None:
         """Book-keeping for replicas a strategy just added in round ``r`` (it updated owners
-        and loads: one more owner per task). ``pending`` is left for `settle`."""
+        and loads: one more owner per task); ``spread``: every new owner is alone in its top
+        domain (so no task became crowded). ``pending`` is left for `settle`."""
         tasks_of, add_many = self.tasks_of, diff.add_many
         j = self.journal
         if j is not None:  # strategies changed owners and loads: `journal.begin` saved them
@@ -364,8 +378,12 @@ class Ledger:
                 tasks_of[w].update(dict.fromkeys(tasks))
                 add_many(w, tasks)
                 placed.extend(tasks)
-        if self.topo.zoned:
+        if self.topo.zoned and r > 0 and not (spread and r == 1):  # one owner: never crowded
+            top, crowded, owners = self.top_of, self.crowded, self.owners
             for t in placed:
+                o = owners[t]
+                if len(o) == 2 and top[o[0]] != top[o[1]] and t not in crowded:
+                    continue  # the usual case, decided without a set
                 self.recheck(t)
         self.version += 1
 

@@ -103,6 +103,7 @@ class Search:
                      for w in sources if w in book.open and book.tasks_of[w]]
         heapq.heapify(self.heap)
         self.room: dict[tuple[int, str], float] | None = None  # for repairs, built on demand
+        self.ones: dict[str, dict[str, int]] = {}  # domain -> {domain: 1}, shared, read-only
 
     # -- target lists -------------------------------------------------------------------------
 
@@ -177,16 +178,28 @@ class Search:
         and how many in a's own; and per top domain, how many tasks may not go there at all
         (more of their owners there than in a's: the spread would drop)."""
         book = self.book
-        top, owners = book.top_of, book.owners
+        top, owners, ones = book.top_of, book.owners, self.ones
         mine = top[a]
         info: dict[str, tuple[dict[str, int], int]] = {}
         blocked: dict[str, int] = {}
         for ts in tasks.values():
             for t in ts:
+                o = owners[t]
+                if len(o) == 2:  # the usual case: one other owner, a shared count dict
+                    g = top[o[1] if o[0] == a else o[0]]
+                    one = ones.get(g)
+                    if one is None:
+                        one = ones[g] = {g: 1}
+                    if g == mine:
+                        info[t] = (one, 1)
+                    else:
+                        info[t] = (one, 0)
+                        blocked[g] = blocked.get(g, 0) + 1
+                    continue
                 cnt: dict[str, int] = {}
-                for o in owners[t]:
-                    if o != a:
-                        cnt[top[o]] = cnt.get(top[o], 0) + 1
+                for x in o:
+                    if x != a:
+                        cnt[top[x]] = cnt.get(top[x], 0) + 1
                 here = cnt.get(mine, 0)
                 info[t] = (cnt, here)
                 for g, n in cnt.items():

@@ -207,7 +207,6 @@ def fill_blocks(
     load: dict[str, float],
     owners_of: dict[str, Owners],
     excluded: Mapping[str, Collection[str]] | None = None,
-    zones: Chooser | None = None,
     rank: Mapping[str, str] = NO_RANK,
 ) -> tuple[Got, list[str]]:
     """The bulk of a large batch in O(n) instead of O(n log W): the same per-worker counts
@@ -220,9 +219,8 @@ def fill_blocks(
 
     Round 0 hands out contiguous runs of the sorted task list; later rounds get the list in
     `strided` order, so that the tasks one worker got in round 0 get their next replicas
-    from many workers. A task whose block lands on a worker that already owns it, is
-    excluded from it, or shares a top zone domain with one of its owners (``zones``) is
-    deferred to the heap, which handles all three exactly.
+    from many workers. A task whose block lands on a worker that already owns it or is
+    excluded from it is deferred to the heap. (With zones, `zonefill.fill_zoned_blocks`.)
     """
     n = len(tasks)
     got: Got = {}
@@ -242,21 +240,19 @@ def fill_blocks(
         block = seq[pos : pos + k]
         pos += len(block)
         if excluded and not excluded.keys().isdisjoint(block):
-            mine = _checked_block(w, block, owners_of, excluded, zones, deferred)
+            mine = _checked_block(w, block, owners_of, excluded, deferred)
         elif r == 0:
             # Fresh tasks (the bulk of a full placement): they all get the same one-owner
             # tuple, in one C-level update.
             mine = block
             owners_of.update(dict.fromkeys(block, (w,)))
-        elif zones is None:
+        else:
             olds = [owners_of[t] for t in block]
             if any(w in o for o in olds):
-                mine = _checked_block(w, block, owners_of, excluded, zones, deferred)
+                mine = _checked_block(w, block, owners_of, excluded, deferred)
             else:
                 mine = block
                 owners_of.update(zip(block, [(*o, w) for o in olds], strict=True))
-        else:
-            mine = _checked_block(w, block, owners_of, excluded, zones, deferred)
         if mine:
             got[w] = mine
             load[w] = lw + cost * len(mine)
@@ -266,19 +262,14 @@ def fill_blocks(
 
 
 def _checked_block(w: str, block: list[str], owners_of: dict[str, Owners],
-                   excluded: Mapping[str, Collection[str]] | None, zones: Chooser | None,
+                   excluded: Mapping[str, Collection[str]] | None,
                    deferred: list[str]) -> list[str]:
-    """The tasks of a block that ``w`` may take: it does not own them, is not excluded from
-    them and (with zones) shares no top domain with an owner; the rest are deferred."""
+    """The tasks of a block that ``w`` may take: it does not own them and is not excluded
+    from them; the rest are deferred."""
     mine = []
-    wtop = zones.top(w) if zones is not None else None
     for t in block:
         owners = owners_of[t]
-        if (
-            w in owners
-            or (excluded and w in excluded.get(t, ()))
-            or (zones is not None and owners and any(zones.top(o) == wtop for o in owners))
-        ):
+        if w in owners or (excluded and w in excluded.get(t, ())):
             deferred.append(t)
         else:
             owners_of[t] = (*owners, w)

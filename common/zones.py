@@ -180,19 +180,17 @@ class Chooser:
 
     __slots__ = ("path", "room_paths", "room_tops", "top_of", "topo")
 
-    def __init__(self, topo: Topology, path: Mapping[str, Path], room: Iterable[str]) -> None:
+    def __init__(self, topo: Topology, path: Mapping[str, Path], top_of: Mapping[str, str],
+                 room: Iterable[str]) -> None:
         self.topo = topo
         self.path = path
-        self.top_of: dict[str, str] = {}
+        self.top_of = top_of  # every worker's top domain (the ledger keeps it)
         self.room_paths: set[Path] = set()
         self.room_tops: set[str] = set()
         self.refresh(room)
 
     def top(self, worker: str) -> str:
-        t = self.top_of.get(worker)
-        if t is None:
-            t = self.top_of[worker] = self.topo.top(self.path[worker])
-        return t
+        return self.top_of[worker]
 
     def refresh(self, room: Iterable[str]) -> None:
         self.room_paths = {self.path[w] for w in room}

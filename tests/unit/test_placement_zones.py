@@ -9,6 +9,8 @@ task is degraded at all: spread is maximal for the live zones."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -108,3 +110,38 @@ def test_a_required_label_is_a_hard_constraint() -> None:
     }
     p.upsert_worker("gpu1", 1, Mode.HOLD)
     assert p.pending_reasons()["other"] == "no live worker has gpu=true"
+
+
+def test_bulk_placement_in_zones_spreads_balances_and_survives_a_zone() -> None:
+    """The block path (fill_zoned_blocks): 10 zones x 10 workers, 2,000 tasks x 2, every
+    fifth worker with gpu=true and every twentieth task requiring it."""
+    p = Placement(replicas=2)
+    for i in range(100):
+        p.upsert_worker(f"w{i:03d}", 60 + 20 * (i % 3), zone=f"zone-{i % 10}",
+                        labels=GPU if i % 5 == 0 else {})
+    p.add_tasks({f"t{i:05d}": TaskShape(require=GPU) if i % 20 == 0 else 1.0
+                 for i in range(2000)})
+    p.place()
+    assert not p.pending() and p.zone_degraded() == 0
+    assert all(len({p.zone(w) for w in p.owners(t)}) == 2 for t in p.tasks)
+    assert p.is_balanced(0.0)
+    for w in p.workers:  # many partners, not one
+        assert len({o for t in p.tasks_of(w) for o in p.owners(t) if o != w}) >= 10
+    check_books(p)
+    for w in [w for w in p.workers if p.zone(w) == "zone-3"]:
+        p.remove_worker(w)
+    p.place()
+    assert not p.pending() and p.zone_degraded() == 0
+    converge(p, 0.0, 20, light=True)
+    check_books(p)
+
+
+def test_three_replicas_in_two_zones_split_two_and_one() -> None:
+    p = Placement(replicas=3)
+    for i in range(20):
+        p.upsert_worker(f"w{i:02d}", 100, zone="ab"[i % 2])
+    p.add_tasks([f"t{i:04d}" for i in range(400)])
+    p.place()
+    assert all(sorted(Counter(p.zone(w) for w in p.owners(t)).values()) == [1, 2]
+               for t in p.tasks)
+    assert p.zone_degraded() == 0 and p.is_balanced(0.0)
