@@ -56,7 +56,10 @@ def _even_out(book: Ledger, diff: Diff, first: bool) -> None:
     task at a time, the distinct-owner rule can leave the greedy a task off (4 workers,
     replicas 2, one leaves: 13/12/11 where 12/12/12 fits). Nobody runs them yet, so this
     costs no hand-off; later rebalance passes then have nothing to do."""
-    if quick_balanced(book, 0.0):
+    if first:
+        if quick_balanced(book, 0.0):
+            return
+    elif _fresh_settled(book, diff):
         return
     fresh = None if first else {(t, w) for w, d in diff.workers.items() for t in d.add}
     if fresh is not None and len(fresh) > 4 * len(book.open):
@@ -64,6 +67,24 @@ def _even_out(book: Ledger, diff: Diff, first: bool) -> None:
     for m in run(book, 0.0, 1 << 62, (), once=False, movable=fresh):
         diff.remove(m.source, m.task)
         diff.add(m.target, m.task)
+
+
+def _fresh_settled(book: Ledger, diff: Diff) -> bool:
+    """No useful move of a just-placed replica can exist: the workers holding them are no
+    more utilized than the lowest utilization any worker would have after taking one task
+    of the smallest cost — read off the water-filling heap, without a pass over the fleet
+    (a death places a few hundred replicas among thousands of workers)."""
+    if not book.costs:
+        return True
+    cmin = min(book.costs)
+    level = book.levels.get(NO_LABELS)
+    if level is None or not level.valid or level.cost != cmin:
+        return quick_balanced(book, 0.0)
+    lowest = level.lowest(book.open, book.cap, book.load)
+    util = book.util
+    top = max((util(w) for w, d in diff.workers.items() if d.add and w in book.open),
+              default=0.0)
+    return top <= lowest + EPS
 
 
 def _rounds(book: Ledger, strategy: str, diff: Diff) -> None:
@@ -202,7 +223,7 @@ def _swap_in(book: Ledger, tasks: list[str], k: int, c: float, need: Labels,
         if not vs:
             return None
         u = min(vs, key=lambda u: (-len(owners_of[u]), -cost[u], u))
-        return ((load[w] - cost[u] + c) / cap[w], -cap[w], rank[w], w, u)
+        return ((load[w] - cost[u] + c) / cap[w], cap[w], rank[w], w, u)
 
     heap = [e for e in map(slot, (w for w in book.open_for(need) if cap[w] >= c - EPS)) if e]
     heapq.heapify(heap)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import Container
+from collections.abc import Container, Iterable
 
 from .diff import Move
 from .ledger import Ledger
@@ -47,9 +47,9 @@ from .pending import placeable
 from .strategies import EPS
 from .zones import domain
 
-# Orders break ties by max_load, then zone, before the worker's name, so that what happens
-# does not depend on names (see strategies.WaterLevel).
-Entry = tuple[float, float, str, str]  # (key for the smallest cost, -max_load, zone, worker)
+# Orders break ties by max_load (smaller first), then rank (zone and labels), before the
+# worker's name, so that what happens does not depend on names (see strategies.WaterLevel).
+Entry = tuple[float, float, str, str]  # (key for the smallest cost, max_load, rank, worker)
 
 
 def quick_balanced(book: Ledger, tolerance: float) -> bool:
@@ -114,7 +114,7 @@ class Search:
         book = self.book
         cap, load = book.cap[worker], book.load[worker]
         if load + self.cmin <= cap + EPS:
-            e = ((load + self.cmin) / cap, -cap, book.rank[worker], worker)
+            e = ((load + self.cmin) / cap, cap, book.rank[worker], worker)
             self.entry[worker] = e
             insort(self._group(worker), e)
 
@@ -172,7 +172,7 @@ class Search:
         key = book.topo.key
         return key(book.path[b], others) <= key(book.path[a], others)
 
-    def _zones(self, a: str, tasks: dict[float, list[str]]
+    def _zones(self, a: str, tasks: dict[float, Iterable[str]]
                ) -> tuple[dict[str, tuple[dict[str, int], int]], dict[str, int]]:
         """For each of ``a``'s tasks: how many of its other owners are in each top domain,
         and how many in a's own; and per top domain, how many tasks may not go there at all
@@ -214,18 +214,26 @@ class Search:
         pinned, moved, cost = self.pinned, self.moved if self.once else {}, book.cost
         frozen = self.frozen
         mine = book.tasks_of[a] if self.movable is None else self.movable.get(a, {})
-        tasks: dict[float, list[str]] = {}
-        for t in mine:
-            if t not in pinned and t not in moved and (not frozen or (t, a) not in frozen):
-                tasks.setdefault(cost[t], []).append(t)
-        if not tasks:
+        if not mine:
             return None
+        zoned = book.topo.zoned
+        tasks: dict[float, Iterable[str]]
+        lazy = len(book.costs) == 1 and not zoned
+        if lazy:  # one cost, no zones: the worker's own set, the unmovable skipped below
+            tasks = {self.cmin: mine}
+        else:
+            lists: dict[float, list[str]] = {}
+            for t in mine:
+                if t not in pinned and t not in moved and (not frozen or (t, a) not in frozen):
+                    lists.setdefault(cost[t], []).append(t)
+            if not lists:
+                return None
+            tasks = dict(lists)
         gmax = max(tasks) / cap_a
         best: Move | None = None
         best_g, best_k = self.tol + EPS, float("inf")
         if gmax <= best_g:
             return None
-        zoned = book.topo.zoned
         if zoned:
             info, blocked = self._zones(a, tasks)
             ntasks = len(info)
@@ -237,13 +245,13 @@ class Search:
                 continue
             if zoned and blocked.get(group, 0) == ntasks:
                 continue  # none of a's tasks may go to this domain
-            for kb, negcap, _, b in lst:
+            for kb, cap_b, _, b in lst:
                 if u_a - kb <= best_g - EPS or (best is not None and best_g >= gmax - EPS
                                                  and kb >= best_k - EPS):
                     break
                 if b == a:
                     continue
-                cap_b, load_b = -negcap, load[b]
+                load_b = load[b]
                 opts = []
                 for c in tasks:
                     if load_b + c > cap_b + EPS:
@@ -259,6 +267,9 @@ class Search:
                     found = None
                     for t in tasks[c]:
                         if b in owners[t]:
+                            continue
+                        if lazy and (t in pinned or t in moved
+                                     or (frozen and (t, a) in frozen)):
                             continue
                         if (labels_needed or t in excluded) and not self._admissible(t, b):
                             continue
@@ -344,7 +355,7 @@ class Search:
                 c, lw = book.cap[w], book.load[w]
                 if lw + cost > c + EPS:
                     continue
-                k = (topo.key(path[w], others), (lw + cost) / c, -c, book.rank[w], w)
+                k = (topo.key(path[w], others), (lw + cost) / c, c, book.rank[w], w)
                 if best_key is None or k < best_key:
                     best, best_key = w, k
             if best is not None:

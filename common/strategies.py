@@ -33,7 +33,7 @@ EPS = 1e-9
 
 Got = dict[str, list[str]]
 Owners = tuple[str, ...]
-Slot = tuple[float, float, str, str]  # (key, -max_load, rank, worker): see WaterLevel
+Slot = tuple[float, float, str, str]  # (key, max_load, rank, worker): see WaterLevel
 
 
 class _NoRank(dict[str, str]):
@@ -50,11 +50,12 @@ class WaterLevel:
     """The water-filling heap of one task cost, kept between calls so that a small event (a
     death, a few new tasks) does not pay O(W) to rebuild it.
 
-    Entries are ``(key, -max_load, rank, worker)`` with key ``(load + cost) / max_load`` and
-    rank the worker's zone and labels (`Ledger.rank`): equal keys go to the bigger worker
-    first, then by rank — choices that do not depend on worker names (two workers with equal
-    key, max_load, zone and labels have equal loads too and are interchangeable, so which of
-    them goes first changes no utilization and no zone spread). Whoever changes a
+    Entries are ``(key, max_load, rank, worker)`` with key ``(load + cost) / max_load`` and
+    rank the worker's zone and labels (`Ledger.rank`): equal keys go to the smaller worker
+    first (the bigger one then stays closer to the level: its steps are smaller), then by
+    rank — choices that do not depend on worker names (two workers with equal key, max_load,
+    zone and labels have equal loads too and are interchangeable, so which of them goes
+    first changes no utilization and no zone spread). Whoever changes a
     worker's load, capacity or mode outside `water_fill` calls `touch`; the next call pushes a
     fresh entry for it. Old entries are not searched for: one whose key no longer matches the
     worker (or whose worker is no longer open) is stale and dropped when it reaches the top.
@@ -90,10 +91,10 @@ class WaterLevel:
             heap = self.heap
             for w in self.dirty:
                 if w in open_workers and cap[w] - load[w] >= limit:
-                    heapq.heappush(heap, ((load[w] + cost) / cap[w], -cap[w], rank[w], w))
+                    heapq.heappush(heap, ((load[w] + cost) / cap[w], cap[w], rank[w], w))
         else:
             heap = [
-                ((load[w] + cost) / cap[w], -cap[w], rank[w], w)
+                ((load[w] + cost) / cap[w], cap[w], rank[w], w)
                 for w in open_workers
                 if cap[w] - load[w] >= limit
             ]
@@ -101,6 +102,18 @@ class WaterLevel:
         self.dirty.clear()
         self.heap, self.cost, self.valid = heap, cost, True
         return heap
+
+
+    def lowest(self, open_workers: Mapping[str, None], cap: Mapping[str, float],
+               load: Mapping[str, float]) -> float:
+        """The lowest key now (inf if no worker has room): the heap brought up to date."""
+        heap = self.heap_for(self.cost, open_workers, cap, load)
+        while heap:
+            key, size, _, w = heap[0]
+            if w in open_workers and key == (load[w] + self.cost) / cap[w] and size == cap[w]:
+                return key
+            heapq.heappop(heap)
+        return float("inf")
 
 
 def water_fill(
@@ -134,8 +147,8 @@ def water_fill(
         skipped: list[Slot] | None = None
         spread_out: list[Slot] | None = None  # admissible, but a worse spread
         while heap:
-            key, negcap, _, w = heap[0]
-            if w not in open_workers or key != (load[w] + cost) / cap[w] or negcap != -cap[w]:
+            key, size, _, w = heap[0]
+            if w not in open_workers or key != (load[w] + cost) / cap[w] or size != cap[w]:
                 heappop(heap)  # stale: the worker changed since this entry was pushed
             elif w in owners:
                 # Rare: the emptiest worker already holds this task; look further down.
@@ -171,7 +184,7 @@ def water_fill(
         load[w] = new
         c = cap[w]
         if new + cost <= c + EPS:
-            heapreplace(heap, ((new + cost) / c, -c, rank[w], w))
+            heapreplace(heap, ((new + cost) / c, c, rank[w], w))
         else:
             heappop(heap)
         for item in skipped or ():

@@ -48,7 +48,7 @@ def water_fill_zoned(
     heaps: dict[str, list[Slot]] = {}
     for w in open_workers:
         if cap[w] - load[w] >= cost - EPS:
-            heaps.setdefault(zones.top(w), []).append(((load[w] + cost) / cap[w], -cap[w],
+            heaps.setdefault(zones.top(w), []).append(((load[w] + cost) / cap[w], cap[w],
                                                        rank[w], w))
     for h in heaps.values():
         heapq.heapify(h)
@@ -69,7 +69,7 @@ def water_fill_zoned(
         new = load[w] = load[w] + cost
         d = zones.top(w)
         h = heaps[d]
-        entry = ((new + cost) / cap[w], -cap[w], rank[w], w)
+        entry = ((new + cost) / cap[w], cap[w], rank[w], w)
         fits = new + cost <= cap[w] + EPS
         if h[0][3] == w:  # the usual case: the domain's best worker took it
             if fits:
