@@ -59,11 +59,11 @@ def _even_out(book: Ledger, diff: Diff, first: bool) -> None:
     if first:
         if quick_balanced(book, 0.0):
             return
+    elif diff.moved() > 4 * len(book.open):
+        return  # a big batch (a zone's worth) lands close to level; passes see to the rest
     elif _fresh_settled(book, diff):
         return
     fresh = None if first else {(t, w) for w, d in diff.workers.items() for t in d.add}
-    if fresh is not None and len(fresh) > 4 * len(book.open):
-        return  # a big batch (a zone's worth) lands close to level; passes see to the rest
     for m in run(book, 0.0, 1 << 62, (), once=False, movable=fresh):
         diff.remove(m.source, m.task)
         diff.add(m.target, m.task)

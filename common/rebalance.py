@@ -172,40 +172,21 @@ class Search:
         key = book.topo.key
         return key(book.path[b], others) <= key(book.path[a], others)
 
-    def _zones(self, a: str, tasks: dict[float, Iterable[str]]
-               ) -> tuple[dict[str, tuple[dict[str, int], int]], dict[str, int]]:
-        """For each of ``a``'s tasks: how many of its other owners are in each top domain,
-        and how many in a's own; and per top domain, how many tasks may not go there at all
-        (more of their owners there than in a's: the spread would drop)."""
+    def _zone_counts(self, task: str, a: str) -> tuple[dict[str, int], int]:
+        """How many of the task's other owners are in each top domain, and in ``a``'s."""
         book = self.book
-        top, owners, ones = book.top_of, book.owners, self.ones
-        mine = top[a]
-        info: dict[str, tuple[dict[str, int], int]] = {}
-        blocked: dict[str, int] = {}
-        for ts in tasks.values():
-            for t in ts:
-                o = owners[t]
-                if len(o) == 2:  # the usual case: one other owner, a shared count dict
-                    g = top[o[1] if o[0] == a else o[0]]
-                    one = ones.get(g)
-                    if one is None:
-                        one = ones[g] = {g: 1}
-                    if g == mine:
-                        info[t] = (one, 1)
-                    else:
-                        info[t] = (one, 0)
-                        blocked[g] = blocked.get(g, 0) + 1
-                    continue
-                cnt: dict[str, int] = {}
-                for x in o:
-                    if x != a:
-                        cnt[top[x]] = cnt.get(top[x], 0) + 1
-                here = cnt.get(mine, 0)
-                info[t] = (cnt, here)
-                for g, n in cnt.items():
-                    if n > here:
-                        blocked[g] = blocked.get(g, 0) + 1
-        return info, blocked
+        top, owners = book.top_of, book.owners[task]
+        if len(owners) == 2:  # the usual case: one other owner, a shared count dict
+            g = top[owners[1] if owners[0] == a else owners[0]]
+            one = self.ones.get(g)
+            if one is None:
+                one = self.ones[g] = {g: 1}
+            return one, int(g == top[a])
+        cnt: dict[str, int] = {}
+        for x in owners:
+            if x != a:
+                cnt[top[x]] = cnt.get(top[x], 0) + 1
+        return cnt, cnt.get(top[a], 0)
 
     def best_move(self, a: str) -> Move | None:
         """``a``'s best useful move: largest gain, then lowest target utilization after it."""
@@ -235,17 +216,19 @@ class Search:
         if gmax <= best_g:
             return None
         if zoned:
-            info, blocked = self._zones(a, tasks)
-            ntasks = len(info)
+            # Per task, computed when first looked at; a top domain is dead for this source
+            # once every one of its tasks was turned away there for its spread alone.
+            info: dict[str, tuple[dict[str, int], int]] = {}
+            dead: set[str] = set()
             deep = book.topo.depth > book.topo.first
         load, owners, excluded = book.load, book.owners, book.excluded
         labels_needed = bool(book.need)
         for group, lst in self.groups.items():
             if not lst or u_a - lst[0][0] <= best_g - EPS:
                 continue
-            if zoned and blocked.get(group, 0) == ntasks:
-                continue  # none of a's tasks may go to this domain
             for kb, cap_b, _, b in lst:
+                if zoned and group in dead:
+                    break
                 if u_a - kb <= best_g - EPS or (best is not None and best_g >= gmax - EPS
                                                  and kb >= best_k - EPS):
                     break
@@ -263,27 +246,37 @@ class Search:
                             or (best is None and g > best_g)):
                         opts.append((-g, k, c))
                 opts.sort()
+                spread_only = len(opts) == len(tasks)  # every turn-away so far: spread
                 for neg_g, k, c in opts:
                     found = None
                     for t in tasks[c]:
                         if b in owners[t]:
+                            spread_only = False
                             continue
                         if lazy and (t in pinned or t in moved
                                      or (frozen and (t, a) in frozen)):
                             continue
                         if (labels_needed or t in excluded) and not self._admissible(t, b):
+                            spread_only = False
                             continue
                         if zoned:
-                            cnt, here = info[t]
-                            n = cnt.get(group, 0)
-                            if n > here or (deep and n == here and n > 0
-                                            and not self._keeps_spread(t, a, b)):
+                            z = info.get(t)
+                            if z is None:
+                                z = info[t] = self._zone_counts(t, a)
+                            n = z[0].get(group, 0)
+                            if n > z[1]:
+                                continue  # more owners there than here: the spread drops
+                            if deep and n == z[1] and n > 0 and not self._keeps_spread(t, a, b):
+                                spread_only = False
                                 continue
                         found = t
                         break
                     if found is not None:
                         best, best_g, best_k = Move(found, a, b), -neg_g, k
                         break
+                else:
+                    if zoned and spread_only and opts:
+                        dead.add(group)  # no task of a may go anywhere in this domain
         return best
 
     def balance(self, budget: int, apply: bool = True) -> list[Move]:
