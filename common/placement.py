@@ -10,18 +10,19 @@ summed cost of the replicas it holds ÷ its max_load. A *move* takes one replica
 (cost c) from an eligible worker a to a worker b that may take it: b is eligible with
 max_load > 0, has room (load_b + c ≤ max_load_b), is not excluded from t, has every label t
 requires, holds no replica of t, and does not lower t's zone spread (b's zone key for t is no
-worse than a's, see `zones`). The placement is *balanced* with tolerance τ when no move lowers
-the larger of the two workers' utilizations by more than τ:
+worse than a's, see `zones`). The placement is *balanced* with tolerance τ when no move would
+leave its target, after taking the replica, more than τ below its source:
 
-    max(u_a, u_b) − max(u_a − c/max_load_a, u_b + c/max_load_b) ≤ τ    for every move,
+    u_b + c/max_load_b ≥ u_a − τ    for every move of a replica from a to b,
 
 and no zone-degraded task can be repaired (one of its replicas moved from its fullest domain
 to a live domain holding two fewer, room permitting). With τ = 0 and unit costs this says: no
 worker is more utilized than another would be after taking one more task (on equal workers,
-loads differ by at most one). Workers on hold keep their replicas and are neither sources nor
-targets; tasks being handed over (``pinned``) stay put. `rebalance` makes budgeted passes
-toward this fixed point (see `rebalance`); `is_balanced` tells whether it holds and
-`planned_moves` what the remaining passes would do.
+loads differ by at most one); τ is the utilization gap a fleet may keep to spare moves.
+Workers on hold keep their replicas and are neither sources nor targets; tasks being handed
+over (``pinned``) stay put. `rebalance` makes budgeted passes toward this fixed point (see
+`convergence`); `is_balanced` tells whether it holds (and nothing pending fits), `outlook`
+and `planned_moves` what the remaining passes would do.
 
 Rules every change keeps (tests/unit/test_placement*.py check them under hypothesis):
 

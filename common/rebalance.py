@@ -3,10 +3,13 @@
 The criterion is stated in `placement`. A *useful move* takes one replica of a task from an
 eligible worker a to a worker b that may take it — open (eligible, max_load > 0), room for
 it, not excluded from the task, every label it requires, no replica of it yet, and a zone key
-no worse than a's (`zones`: the move does not lower the task's spread) — and lowers the larger
-of the two utilizations by more than the tolerance:
+no worse than a's (`zones`: the move does not lower the task's spread) — and leaves b, after
+taking it, more than the tolerance below a's utilization now:
 
-    gain = max(u_a, u_b) − max(u_a − c/cap_a, u_b + c/cap_b) > tolerance
+    u_b + c/cap_b < u_a − tolerance
+
+(so it lowers the larger of the two utilizations). Among useful moves the best has the
+largest gain, max(u_a, u_b) − max(u_a − c/cap_a, u_b + c/cap_b), then the emptiest target.
 
 A *repair* moves a replica of a zone-degraded task from its fullest domain to a live domain
 holding two fewer (capacity permitting); it always improves the task's spread.
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Iterator
 
 from .diff import Move
 from .ledger import Ledger
@@ -66,6 +69,15 @@ def quick_balanced(book: Ledger, tolerance: float) -> bool:
         if tasks_of[w]:
             top = max(top, lw / c)
     return top - tolerance <= lowest + EPS
+
+
+def _twice(tasks: Iterable[str], late: Container[str] | None) -> Iterator[str]:
+    """``tasks``, those in ``late`` after all the others (without copying)."""
+    if late is None:
+        yield from tasks
+        return
+    yield from (t for t in tasks if t not in late)
+    yield from (t for t in tasks if t in late)
 
 
 class Search:
@@ -210,11 +222,13 @@ class Search:
             if not lists:
                 return None
             tasks = dict(lists)
+        # Useful: the target after the move is still more than the tolerance below a's
+        # utilization now (u_a - k > tol). Best: the largest gain (the drop of the pair's
+        # larger utilization, min(c / cap_a, u_a - k)), then the lowest k.
         gmax = max(tasks) / cap_a
+        floor = u_a - self.tol - EPS  # a useful target's k is below this
         best: Move | None = None
-        best_g, best_k = self.tol + EPS, float("inf")
-        if gmax <= best_g:
-            return None
+        best_g, best_k = 0.0, float("inf")
         if zoned:
             # Per task, computed when first looked at; a top domain is dead for this source
             # once every one of its tasks was turned away there for its spread alone.
@@ -224,13 +238,14 @@ class Search:
         load, owners, excluded = book.load, book.owners, book.excluded
         labels_needed = bool(book.need)
         for group, lst in self.groups.items():
-            if not lst or u_a - lst[0][0] <= best_g - EPS:
+            if not lst or lst[0][0] >= floor or (best is not None
+                                                   and u_a - lst[0][0] <= best_g - EPS):
                 continue
             for kb, cap_b, _, b in lst:
                 if zoned and group in dead:
                     break
-                if u_a - kb <= best_g - EPS or (best is not None and best_g >= gmax - EPS
-                                                 and kb >= best_k - EPS):
+                if kb >= floor or (best is not None and (
+                        u_a - kb <= best_g - EPS or (best_g >= gmax - EPS and kb >= best_k - EPS))):
                     break
                 if b == a:
                     continue
@@ -240,16 +255,21 @@ class Search:
                     if load_b + c > cap_b + EPS:
                         continue
                     k = (load_b + c) / cap_b
+                    if k >= floor:
+                        continue
                     g = min(c / cap_a, u_a - k)
-                    if (g > best_g + EPS or (best is not None and g >= best_g - EPS
-                                             and k < best_k - EPS)
-                            or (best is None and g > best_g)):
+                    if best is None or g > best_g + EPS or (g >= best_g - EPS
+                                                            and k < best_k - EPS):
                         opts.append((-g, k, c))
                 opts.sort()
                 spread_only = len(opts) == len(tasks)  # every turn-away so far: spread
                 for neg_g, k, c in opts:
                     found = None
-                    for t in tasks[c]:
+                    # A task already moved in this search goes last: make-before-break
+                    # moves one replica of a task per pass, so a plan that moves another
+                    # task instead hands its moves out in fewer passes.
+                    late = self.moved if not self.once and self.moved else None
+                    for t in _twice(tasks[c], late):
                         if b in owners[t]:
                             spread_only = False
                             continue

@@ -110,13 +110,14 @@ def repair(p: Placement, task: str, pinned: Collection[str] = ()) -> Move | None
 
 def useful_move(p: Placement, tolerance: float, pinned: Collection[str] = ()
                 ) -> tuple[Move, float] | None:
-    """A move the criterion says should still happen: it lowers the larger utilization of
-    the pair by more than the tolerance without lowering the task's spread."""
+    """A move the criterion says should still happen: its target, after taking the replica,
+    is still more than the tolerance below its source, and the task's spread does not
+    drop."""
     levels = depth(p)
     for a in p.workers:
         if not is_open(p, a):
             continue
-        ua, ca = p.utilization(a), p.max_load(a)
+        ua = p.utilization(a)
         for task in p.tasks_of(a):
             if task in pinned:
                 continue
@@ -128,10 +129,9 @@ def useful_move(p: Placement, tolerance: float, pinned: Collection[str] = ()
                     continue
                 if spread([p.zone(o) for o in [*others, b]], levels) > before:
                     continue  # would lower the task's spread: not a move
-                ub, cb = p.utilization(b), p.max_load(b)
-                gain = max(ua, ub) - max(ua - c / ca, ub + c / cb)
-                if gain > tolerance + EPS:
-                    return Move(task, a, b), gain
+                gap = ua - (p.utilization(b) + c / p.max_load(b))
+                if gap > tolerance + EPS:
+                    return Move(task, a, b), gap
     return None
 
 

@@ -655,3 +655,20 @@ def test_a_zone_that_comes_back_gets_its_replicas_back_within_the_budget() -> No
         passes += 1
     assert passes >= 2 and p2.zone_degraded() == 0  # repaired within the budget per pass
     assert all(len({p2.zone(w) for w in p2.owners(t)}) == 3 for t in p2.tasks)
+
+
+def test_a_tolerance_bounds_the_gap_not_one_task_s_step() -> None:
+    """Tolerance 0.05 (the supervisor's default) on workers whose one-task step is smaller
+    than that (max load 600: 1/600): they must still shed load to an empty joiner until the
+    joiner is within the tolerance (plus one task) of them."""
+    p = Placement()
+    for w in ("a", "b"):
+        p.upsert_worker(w, 600)
+    p.add_tasks([f"t{i:04d}" for i in range(600)])
+    p.place()
+    p.upsert_worker("new", 600)
+    moves = converge(p, 0.05, 20, light=True)
+    assert moves and all(m.target == "new" for m in moves)
+    utils = sorted(p.utilization(w) for w in p.workers)
+    assert utils[-1] - utils[0] <= 0.05 + 1 / 600 + EPS, utils
+    check_balanced(p, 0.05)

@@ -24,7 +24,7 @@ def check_balanced_unit(p: Placement, tolerance: float = 0.0) -> None:
     workers = [w for w in p.workers if is_open(p, w)]
     for a in workers:
         mine, ua = set(p.tasks_of(a)), p.utilization(a)
-        if not mine or 1 / p.max_load(a) <= tolerance:
+        if not mine:
             continue
         for b in workers:
             if b == a or p.load(b) + 1 > p.max_load(b) + EPS:
