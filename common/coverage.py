@@ -155,34 +155,33 @@ def _place_group(book: Ledger, strategy: str, group: list[str], cost: float, nee
     level = book.levels.get(need)
     if level is None:
         level = book.levels[need] = WaterLevel()
-    args = (book.cap, book.load, book.owners)
-    ex, rank = book.excluded, book.rank
+    g = strategies.Group(cost, workers, book.cap, book.load, book.owners, book.excluded,
+                         book.rank, zones)
     # From round 1 on, tasks go in `strided` order (the zoned blocks stride their pools):
     # the tasks one worker got in a round get their next replicas from many workers.
     spread = r == 0
     if strategy == PROPORTIONAL:
-        got, group = strategies.proportional(group, cost, workers, *args, ex, zones)
+        got, group = strategies.proportional(group, g)
         level.invalidate()
         book.record(got, diff, placed, r)
     elif len(group) >= 8 * len(workers):
         # A big batch (a full placement, a zone's worth): O(n) blocks first; the heap after.
         if zones is not None:
-            got, group = fill_zoned_blocks(group, cost, list(workers), *args, ex, zones, rank)
+            got, group = fill_zoned_blocks(group, g)
         else:
             if not spread:
                 group = strategies.strided(group, len(workers) + r - 1)
-            got, group = strategies.fill_blocks(group, cost, r, list(workers), *args, ex,
-                                                rank)
+            got, group = strategies.fill_blocks(group, g, r)
         spread = True
         level.invalidate()
         book.record(got, diff, placed, r, spread=True)  # blocks keep owners' domains apart
     if not spread:
         group = strategies.strided(group, len(workers) + r - 1)
     if zones is not None and len(zones.room_tops) <= MAX_DOMAINS:
-        got = water_fill_zoned(group, cost, workers, *args, ex, zones, rank)
+        got = water_fill_zoned(group, g)
         level.invalidate()  # loads changed behind its back
     else:
-        got = strategies.water_fill(group, cost, workers, *args, level, ex, zones, rank)
+        got = strategies.water_fill(group, g, level)
     book.record(got, diff, placed, r)
 
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
 from .zones import Chooser, Goal
 
@@ -44,6 +45,24 @@ class _NoRank(dict[str, str]):
 
 
 NO_RANK: Mapping[str, str] = _NoRank()
+
+
+@dataclass(frozen=True)
+class Group:
+    """What one strategy call works on: replicas of one ``cost`` for ``workers`` (the open
+    ones with every label they need, in insertion order). ``cap``, ``load`` and ``owners``
+    are the ledger's own dicts, which the strategy updates; ``excluded``: the workers each
+    task must avoid; ``rank``: ties after max_load (zone and labels); ``zones``: set when
+    the replicas' spread over failure domains matters (later rounds, zoned fleets)."""
+
+    cost: float
+    workers: Mapping[str, None]
+    cap: dict[str, float]
+    load: dict[str, float]
+    owners: dict[str, Owners]
+    excluded: Mapping[str, Collection[str]]
+    rank: Mapping[str, str]
+    zones: Chooser | None = None
 
 
 class WaterLevel:
@@ -116,18 +135,7 @@ class WaterLevel:
         return float("inf")
 
 
-def water_fill(
-    tasks: list[str],
-    cost: float,
-    open_workers: Mapping[str, None],
-    cap: dict[str, float],
-    load: dict[str, float],
-    owners_of: dict[str, Owners],
-    level: WaterLevel | None = None,
-    excluded: Mapping[str, Collection[str]] | None = None,
-    zones: Chooser | None = None,
-    rank: Mapping[str, str] = NO_RANK,
-) -> Got:
+def water_fill(tasks: list[str], g: Group, level: WaterLevel | None = None) -> Got:
     """Greedy water-filling with a heap: O(log W) per replica. Replicas that fit nowhere (or
     only on workers that already own the task, or are excluded from it) are left out.
 
@@ -137,6 +145,8 @@ def water_fill(
     got: Got = {}
     if not tasks:
         return got
+    cost, open_workers, cap, load, owners_of = g.cost, g.workers, g.cap, g.load, g.owners
+    excluded, zones, rank = g.excluded, g.zones, g.rank
     heap = (level or WaterLevel()).heap_for(cost, open_workers, cap, load, rank)
     heapreplace, heappop, heappush = heapq.heapreplace, heapq.heappop, heapq.heappush
     for task in tasks:
@@ -167,9 +177,9 @@ def water_fill(
                     heappush(heap, item)
                 continue
             # The goal was stale: take the best spread there is, and learn where room is left.
-            g = goal
+            stale = goal
             best = min(range(len(spread_out)),
-                       key=lambda i: (zones.key(spread_out[i][3], g), spread_out[i]))
+                       key=lambda i: (zones.key(spread_out[i][3], stale), spread_out[i]))
             entry = spread_out.pop(best)
             zones.refresh([e[3] for e in (skipped or [])] + [e[3] for e in spread_out] + [entry[3]])
             heappush(heap, entry)
@@ -211,17 +221,7 @@ def strided(tasks: list[str], stride: int) -> list[str]:
     return seq
 
 
-def fill_blocks(
-    tasks: list[str],
-    cost: float,
-    r: int,
-    open_workers: list[str],
-    cap: dict[str, float],
-    load: dict[str, float],
-    owners_of: dict[str, Owners],
-    excluded: Mapping[str, Collection[str]] | None = None,
-    rank: Mapping[str, str] = NO_RANK,
-) -> tuple[Got, list[str]]:
+def fill_blocks(tasks: list[str], g: Group, r: int) -> tuple[Got, list[str]]:
     """The bulk of a large batch in O(n) instead of O(n log W): the same per-worker counts
     as water-filling, handed out as blocks; returns what `water_fill` should place.
 
@@ -237,6 +237,8 @@ def fill_blocks(
     """
     n = len(tasks)
     got: Got = {}
+    cost, open_workers, cap, load, owners_of = g.cost, list(g.workers), g.cap, g.load, g.owners
+    excluded, rank = g.excluded, g.rank
     if not open_workers:
         return got, tasks
     level = (sum(load[w] for w in open_workers) + n * cost) / sum(cap[w] for w in open_workers)
@@ -290,21 +292,14 @@ def _checked_block(w: str, block: list[str], owners_of: dict[str, Owners],
     return mine
 
 
-def proportional(
-    tasks: list[str],
-    cost: float,
-    open_workers: Iterable[str],
-    cap: dict[str, float],
-    load: dict[str, float],
-    owners_of: dict[str, Owners],
-    excluded: Mapping[str, Collection[str]] | None = None,
-    zones: Chooser | None = None,
-) -> tuple[Got, list[str]]:
+def proportional(tasks: list[str], g: Group) -> tuple[Got, list[str]]:
     """The seed's rule; returns the replicas it could not place within the quotas (a quota
     blocked by a worker that already owns the task, or one that shares a top zone domain with
     an owner), for a water-filling pass."""
     got: Got = {}
-    free = {w: cap[w] - load[w] for w in sorted(open_workers) if cap[w] - load[w] > EPS}
+    cost, cap, load, owners_of = g.cost, g.cap, g.load, g.owners
+    excluded, zones = g.excluded, g.zones
+    free = {w: cap[w] - load[w] for w in sorted(g.workers) if cap[w] - load[w] > EPS}
     if not free or not tasks:
         return got, tasks
     total_free = sum(free.values())

@@ -24,27 +24,21 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from itertools import zip_longest
 
-from .strategies import EPS, Got, Owners, Slot, strided
+from .strategies import EPS, Got, Group, Owners, Slot, strided
 from .zones import Chooser
 
 MAX_DOMAINS = 64  # beyond this many top domains one heap skips little: `water_fill` is used
 
 
-def water_fill_zoned(
-    tasks: list[str],
-    cost: float,
-    open_workers: Mapping[str, None],
-    cap: dict[str, float],
-    load: dict[str, float],
-    owners_of: dict[str, Owners],
-    excluded: Mapping[str, Collection[str]] | None,
-    zones: Chooser,
-    rank: Mapping[str, str],
-) -> Got:
+def water_fill_zoned(tasks: list[str], g: Group) -> Got:
     """Place one more replica of each task (they all have owners): see the module docstring."""
+    cost, cap, load, owners_of, excluded, rank = g.cost, g.cap, g.load, g.owners, g.excluded, g.rank
+    zones = g.zones
+    assert zones is not None, "water_fill_zoned needs zones"
+    open_workers = g.workers
     heaps: dict[str, list[Slot]] = {}
     for w in open_workers:
         if cap[w] - load[w] >= cost - EPS:
@@ -121,20 +115,13 @@ def _best_spread(heaps: dict[str, list[Slot]], zones: Chooser, owners: Owners,
     return None if best is None else best[1][3]
 
 
-def fill_zoned_blocks(
-    tasks: list[str],
-    cost: float,
-    open_workers: list[str],
-    cap: dict[str, float],
-    load: dict[str, float],
-    owners_of: dict[str, Owners],
-    excluded: Mapping[str, Collection[str]] | None,
-    zones: Chooser,
-    rank: Mapping[str, str],
-) -> tuple[Got, list[str]]:
+def fill_zoned_blocks(tasks: list[str], g: Group) -> tuple[Got, list[str]]:
     """The bulk of a later round with zones (``tasks`` sorted): see the module docstring.
     Returns what the heap (`water_fill_zoned`) should place."""
     got: Got = {}
+    cost, cap, load, owners_of, excluded, rank = g.cost, g.cap, g.load, g.owners, g.excluded, g.rank
+    zones, open_workers = g.zones, list(g.workers)
+    assert zones is not None, "fill_zoned_blocks needs zones"
     if not open_workers:
         return got, tasks
     n = len(tasks)
