@@ -57,17 +57,27 @@ def reasons(book: Ledger) -> dict[str, str]:
 
 
 def placeable(book: Ledger) -> bool:
-    """Does some pending replica fit on a worker that may take it (so `place` would place
-    it)? Cheap when nothing is pending."""
-    cap, load = book.cap, book.load
+    """Would `place` change anything: does some pending replica fit on a worker that may take
+    it, or take the place of a replica of a task with two more owners (coverage before
+    redundancy)? Cheap when nothing is pending."""
+    cap, load, owners_of = book.cap, book.load, book.owners
     room: dict[tuple[Labels, float], list[str]] = {}
+    most = max(book.replicas, max(book.want.values(), default=0))
     for task in book.pending:
         need, cost = book.need.get(task, NO_LABELS), book.cost[task]
         fits = room.get((need, cost))
         if fits is None:
             fits = room[(need, cost)] = [w for w in book.open_for(need)
                                          if load[w] + cost <= cap[w] + EPS]
-        owners, ex = book.owners[task], book.excluded.get(task, {})
+        owners, ex = owners_of[task], book.excluded.get(task, {})
         if any(w not in owners and w not in ex for w in fits):
+            return True
+        k = len(owners)
+        if k + 2 <= most and any(
+            w not in owners and w not in ex and any(
+                len(owners_of[u]) >= k + 2 and load[w] - book.cost[u] + cost <= cap[w] + EPS
+                for u in book.tasks_of[w])
+            for w in book.open_for(need) if cap[w] >= cost - EPS
+        ):
             return True
     return False
