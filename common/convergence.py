@@ -5,13 +5,13 @@ A pass that finds the placement changed since its plan was made (any event: a jo
 a capacity or mode change, a task-list change, a rebuild, a drain, an exclusion) plans again:
 a dry run (`dry_run`) that places what is pending and rebalances, again and again, until
 nothing fits and no move is useful, or until it has made `PLAN_AHEAD` moves — unbudgeted
-otherwise, replicas free to move more than once — and from the owners before and after, the
-*net* steps: for each task, every owner
-its rebalance moves took a replica from, paired with one they put a replica on (the same top
-zone domain first), is a move; what placing did stays as it did it — a start (a pending
-replica that fits once the moves make room) or a stop (a redundant replica displaced so that
-another task is covered), like `place` itself. The passes hand the steps out in the order
-of the dry run, so:
+otherwise, replicas free to move more than once (though it moves another task rather than
+a second replica of one it moved, when that does as well) — and from the owners before and
+after, the *net* steps: for each task, every owner its rebalance moves took a replica from,
+paired with one they put a replica on (the same top zone domain first), is a move; what
+placing did stays as it did it — a start (a pending replica that fits once the moves make
+room) or a stop (a redundant replica displaced so that another task is covered), like
+`place` itself. The passes hand the steps out in the order of the dry run, so:
 
 * within one convergence a replica moves at most once and nothing is undone (a → b → a
   nets to no move at all), and the convergence ends at the dry run's fixed point. A long

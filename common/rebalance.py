@@ -1,4 +1,10 @@
-"""Rebalancing: budgeted passes that end exactly at the balance criterion's fixed point.
+"""Rebalancing: the search for useful moves, up to the balance criterion's fixed point.
+
+`run` is one search, used three ways: unbudgeted, with replicas free to move more than once,
+as the dry run that plans a convergence (`convergence`, which hands out its net moves); on
+the replicas `place` just placed, to even them out before anybody runs them; and budgeted,
+one replica of a task at a time, as a plain pass when a plan cannot go on. `balanced` is the
+exact check of the criterion.
 
 The criterion is stated in `placement`. A *useful move* takes one replica of a task from an
 eligible worker a to a worker b that may take it — open (eligible, max_load > 0), room for
@@ -14,25 +20,25 @@ largest gain, max(u_a, u_b) − max(u_a − c/cap_a, u_b + c/cap_b), then the em
 A *repair* moves a replica of a zone-degraded task from its fullest domain to a live domain
 holding two fewer (capacity permitting); it always improves the task's spread.
 
-A pass makes repairs first (safety before balance), then balance moves, up to the budget, and
-never moves two replicas of one task (make-before-break needs the task's other replicas in
-place while one is handed over; the next pass may move another). Balance moves go source by
+A search makes repairs first (safety before balance), then balance moves, up to the budget;
+with ``once`` it never moves two replicas of one task (make-before-break needs the task's
+other replicas in place while one is handed over). Balance moves go source by
 source, most utilized first; each source makes its best useful move: the largest gain, then
 the lowest utilization after the move on the target. The search is exhaustive, not a
 shortlist: targets are scanned in order of ``(load + c_min) / cap`` (c_min the smallest task
 cost), which bounds every target's utilization after any move from below, so the scan stops
 exactly when no later target can do better. A source with no useful move is set aside and
 looked at again only if a later move lowers some worker's utilization below what it could
-use; nothing else can make a move useful again within a pass. So a pass ends early (fewer
-moves than its budget) only when no useful move and no repair is left — except for tasks it
-already moved one replica of, and ``pinned`` ones. A pass that makes no move at all is the
-fixed point (given ``pinned``).
+use, or moves a replica of one of its tasks; nothing else can make a move useful again. So a
+search ends early (fewer moves than its budget) only when no useful move and no repair is
+left — except for tasks it already moved one replica of (with ``once``), ``pinned`` ones and
+``frozen`` replicas. Unbudgeted and without ``once``, it ends exactly at the fixed point.
 
 Each move lowers the sorted vector of utilizations lexicographically (both workers end below
 the source's old utilization), and each repair improves one task's spread while balance
 moves never lower any, so passes terminate.
 
-Cost: a pass starts with an O(W) check that returns at once when no move can be useful (the
+Cost: a search starts with an O(W) check that returns at once when no move can be useful (the
 most utilized worker is within the tolerance of the lowest possible utilization after a
 move); otherwise it sorts the open workers (O(W log W)), then pays per source looked at the
 scan of its tasks and of the targets in its useful band.
