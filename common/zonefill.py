@@ -25,7 +25,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Collection
-from itertools import zip_longest
+from itertools import groupby, zip_longest
+from operator import itemgetter
 
 from .strategies import EPS, Got, Group, Owners, Slot, strided
 from .zones import Chooser
@@ -128,17 +129,19 @@ def fill_zoned_blocks(tasks: list[str], g: Group) -> tuple[Got, list[str]]:
     tops = zones.top_of
     level = (sum(load[w] for w in open_workers) + n * cost) / sum(cap[w] for w in open_workers)
     pools: dict[frozenset[str], list[str]] = {}
-    keys: dict[Owners, frozenset[str]] = {}  # owner tuples are mostly shared objects
-    for t in tasks:  # sorted: a run of a pool is a run of few owners (the earlier blocks)
-        owners = owners_of[t]
+    keys: dict[Owners, frozenset[str]] = {}
+    # Sorted tasks come in runs sharing one owner tuple (an earlier round's block): one
+    # look-up per run, the tasks of a run moved in C.
+    first = itemgetter(0)
+    pairs = zip(map(owners_of.__getitem__, tasks), tasks, strict=True)
+    for owners, run in groupby(pairs, key=first):
         key = keys.get(owners)
         if key is None:
             key = keys[owners] = frozenset(tops[o] for o in owners)
         pool = pools.get(key)
         if pool is None:
-            pools[key] = [t]
-        else:
-            pool.append(t)
+            pool = pools[key] = []
+        pool.extend(map(itemgetter(1), run))
     # Each pool strided by the number of workers in its domains, so that a run of it (one
     # worker's block) holds tasks of many different owners: many partners, not a few.
     members: dict[str, int] = {}
