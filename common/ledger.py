@@ -358,6 +358,7 @@ class Ledger:
         and loads: one more owner per task); ``spread``: every new owner is alone in its top
         domain (so no task became crowded). ``pending`` is left for `settle`."""
         tasks_of, add_many = self.tasks_of, diff.add_many
+        start = len(placed)  # ``placed`` gathers a whole round: this call's come after
         j = self.journal
         if j is not None:  # strategies changed owners and loads: `journal.begin` saved them
             for w in got:
@@ -380,7 +381,7 @@ class Ledger:
                 placed.extend(tasks)
         if self.topo.zoned and r > 0 and not (spread and r == 1):  # one owner: never crowded
             top, crowded, owners = self.top_of, self.crowded, self.owners
-            for t in placed:
+            for t in placed[start:]:
                 o = owners[t]
                 if len(o) == 2 and top[o[0]] != top[o[1]] and t not in crowded:
                     continue  # the usual case, decided without a set
