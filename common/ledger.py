@@ -23,6 +23,7 @@ from .strategies import EPS, Got, Owners, WaterLevel
 from .zones import LiveTree, Path, Topology, topology
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 class Ledger:
@@ -57,9 +58,8 @@ class Ledger:
         self.costs: dict[float, int] = {}  # tasks per distinct cost (the smallest bounds moves)
         self.want: dict[str, int] = {}  # replicas, only where a task overrides the default
         self.need: dict[str, Labels] = {}  # required labels, only where a task has some
-        # Owner tuples, not lists: a task without owners shares the empty tuple, tasks placed
-        # in one block share one tuple, and tuples of strings are smaller than lists and are
-        # left alone by the garbage collector — at a million tasks, that is most of the memory.
+        # Owner tuples, not lists: a task without owners shares the empty tuple, tasks placed in
+        # one block share one, and tuples are smaller (at a million tasks: most of the memory).
         self.owners: dict[str, Owners] = {}
         self.pending: dict[str, None] = {}  # fewer owners than wanted, in the order they got so
         self.bare = 0  # tasks with no owner at all (all pending ones: a fresh task list)
@@ -93,6 +93,13 @@ class Ledger:
             return load / cap
         return float("inf") if load > EPS else 0.0
 
+    def may_take(self, task: str, worker: str) -> bool:
+        """No replica of the task there yet, not excluded from it, every label it needs."""
+        if worker in self.owners[task] or worker in self.excluded.get(task, ()):
+            return False
+        need = self.need.get(task)
+        return not need or need <= self.labels[worker]
+
     def open_for(self, need: Labels) -> dict[str, None]:
         """The open workers that have every label in ``need`` (insertion order)."""
         if not need:
@@ -106,8 +113,8 @@ class Ledger:
     def live_tree(self, need: Labels) -> LiveTree:
         tree = self._live.get(need)
         if tree is None:
-            path = self.path
-            tree = self._live[need] = LiveTree(self.topo, (path[w] for w in self.open_for(need)))
+            paths = map(self.path.__getitem__, self.open_for(need))
+            tree = self._live[need] = LiveTree(self.topo, paths)
         return tree
 
     def degraded(self) -> dict[str, None]:
@@ -122,9 +129,8 @@ class Ledger:
             check = self._deg_dirty
         path, owners, deg = self.path, self.owners, self._degraded
         for t in list(check):
-            if t in self.crowded and self.live_tree(self.need_of(t)).degraded(
-                [path[o] for o in owners[t]]
-            ):
+            paths = [path[o] for o in owners[t]]
+            if t in self.crowded and self.live_tree(self.need_of(t)).degraded(paths):
                 deg[t] = None
             else:
                 deg.pop(t, None)
@@ -183,8 +189,7 @@ class Ledger:
             self.top_of[worker] = self.topo.top(path)
         if n == 0:
             self._retopologize()
-        self.set_worker(worker, cap, eligible)
-        self.version += 1
+        self.set_worker(worker, cap, eligible)  # bumps the version
 
     def set_worker(self, worker: str, cap: float, eligible: bool) -> None:
         self.cap[worker] = cap
@@ -204,9 +209,8 @@ class Ledger:
         tasks = self.tasks_of.pop(worker)
         owners_of, want, default = self.owners, self.want, self.replicas
         crowded, zoned = self.crowded, self.topo.zoned
-        # One pass over the worker's tasks (thousands, when a zone dies), kept lean: the
-        # common shapes of owner tuple are rebuilt without a generator, and only a task
-        # that was crowded can change that by losing an owner.
+        # One lean pass (thousands of tasks when a zone dies): the usual owner tuples are
+        # rebuilt without a generator; only a crowded task can change that by losing an owner.
         owners: Owners
         for task in tasks:
             old = owners_of[task]
@@ -227,10 +231,7 @@ class Ledger:
         path = self.path.pop(worker)
         del self.rank[worker]
         self.top_of.pop(worker, None)
-        n = self.paths.pop(path) - 1
-        if n:
-            self.paths[path] = n
-        else:
+        if not _count_down(self.paths, path):
             self._retopologize()
         if was_open:
             self._changed_open()
@@ -271,9 +272,7 @@ class Ledger:
     def drop_task(self, task: str) -> None:
         """Forget a task that has no owners left."""
         cost = self.cost.pop(task)
-        n = self.costs.pop(cost) - 1
-        if n:
-            self.costs[cost] = n
+        _count_down(self.costs, cost)
         if not self.owners.pop(task):
             self.bare -= 1
         self.want.pop(task, None)
@@ -286,9 +285,7 @@ class Ledger:
     def set_cost(self, task: str, cost: float) -> None:
         old = self.cost[task]
         cost = self.cost[task] = self.intern(cost)
-        n = self.costs.pop(old) - 1
-        if n:
-            self.costs[old] = n
+        _count_down(self.costs, old)
         self.costs[cost] = self.costs.get(cost, 0) + 1
         for w in self.owners[task]:
             load = self.load[w] + cost - old
@@ -297,10 +294,10 @@ class Ledger:
         self.version += 1
 
     def set_want(self, task: str, want: int | None) -> None:
-        if want is None:
-            self.want.pop(task, None)
-        else:
+        if want is not None:
             self.want[task] = want
+        elif task in self.want:
+            del self.want[task]
         if len(self.owners[task]) < self.want_of(task):
             self.pending[task] = None
         else:
@@ -392,3 +389,11 @@ class Ledger:
         """After a placing call (`record`): the pending tasks are now exactly those of
         ``short`` (the ones a round could not give a replica), in their old order."""
         self.pending = {t: None for t in self.pending if t in short} if short else {}
+
+
+def _count_down(counts: dict[K, int], key: K) -> int:
+    """One fewer of ``key``; gone at zero. Returns how many are left."""
+    n = counts.pop(key) - 1
+    if n:
+        counts[key] = n
+    return n

@@ -53,8 +53,8 @@ from collections.abc import Container, Iterable, Iterator
 from .diff import Move
 from .ledger import Ledger
 from .pending import placeable
+from .repairs import Room, repair
 from .strategies import EPS
-from .zones import domain
 
 # Orders break ties by max_load (smaller first), then rank (zone and labels), before the
 # worker's name, so that what happens does not depend on names (see strategies.WaterLevel).
@@ -120,7 +120,7 @@ class Search:
         self.heap = [(-util(w), -book.cap[w], book.rank[w], w)
                      for w in sources if w in book.open and book.tasks_of[w]]
         heapq.heapify(self.heap)
-        self.room: dict[tuple[int, str], float] | None = None  # for repairs, built on demand
+        self.room: Room | None = None  # for repairs, built on demand
         self.ones: dict[str, dict[str, int]] = {}  # domain -> {domain: 1}, shared, read-only
 
     # -- target lists -------------------------------------------------------------------------
@@ -161,11 +161,8 @@ class Search:
             self._reposition(w)
             if book.tasks_of[w]:
                 heapq.heappush(self.heap, (-util(w), -book.cap[w], book.rank[w], w))
-        if self.room is not None:  # a's room grew: keep `room` an upper bound
-            free = book.cap[a] - book.load[a]
-            for key in self._domains(a):
-                if self.room.get(key, float("-inf")) < free:
-                    self.room[key] = free
+        if self.room is not None:
+            self.room.grew(a)
         # Nothing but a lower utilization somewhere, or a change in who owns the moved task,
         # can give a stuck source a useful move: a's utilization fell, so a stuck source
         # above it may now move to a; the task's other owners may now move it elsewhere.
@@ -173,16 +170,6 @@ class Search:
         for s in [s for s in self.stuck if util(s) > threshold or s in book.owners[task]]:
             del self.stuck[s]
             heapq.heappush(self.heap, (-util(s), -book.cap[s], book.rank[s], s))
-
-    def _admissible(self, task: str, worker: str) -> bool:
-        book = self.book
-        if worker in book.owners[task]:
-            return False
-        ex = book.excluded.get(task)
-        if ex and worker in ex:
-            return False
-        need = book.need.get(task)
-        return not need or need <= book.labels[worker]
 
     def _keeps_spread(self, task: str, a: str, b: str) -> bool:
         book = self.book
@@ -205,6 +192,12 @@ class Search:
             if x != a:
                 cnt[top[x]] = cnt.get(top[x], 0) + 1
         return cnt, cnt.get(top[a], 0)
+
+    def repair(self, task: str) -> Move | None:
+        """A move that improves a zone-degraded task's spread, if one fits (`repairs`)."""
+        if self.room is None:
+            self.room = Room(self.book)
+        return repair(self.book, task, self.room, self.frozen)
 
     def best_move(self, a: str) -> Move | None:
         """``a``'s best useful move: largest gain, then lowest target utilization after it."""
@@ -282,7 +275,7 @@ class Search:
                         if lazy and (t in pinned or t in moved
                                      or (frozen and (t, a) in frozen)):
                             continue
-                        if (labels_needed or t in excluded) and not self._admissible(t, b):
+                        if (labels_needed or t in excluded) and not book.may_take(t, b):
                             spread_only = False
                             continue
                         if zoned:
@@ -329,57 +322,6 @@ class Search:
                 break
             self.apply(move)
         return moves
-
-    # -- repairs ------------------------------------------------------------------------------
-
-    def _domains(self, worker: str) -> list[tuple[int, str]]:
-        topo, path = self.book.topo, self.book.path[worker]
-        return [(lv, domain(path, lv)) for lv in range(topo.first, topo.depth + 1)]
-
-    def repair(self, task: str) -> Move | None:
-        """A move that improves the spread of a zone-degraded task, if one fits anywhere."""
-        book = self.book
-        if self.room is None:
-            self.room = {}
-            for w in book.open:
-                free = book.cap[w] - book.load[w]
-                for key in self._domains(w):
-                    if self.room.get(key, float("-inf")) < free:
-                        self.room[key] = free
-        cost, owners, path, topo = book.cost[task], book.owners[task], book.path, book.topo
-        tree = book.live_tree(book.need_of(task))
-        for node in tree.uneven([path[o] for o in owners]):
-            lv = node.level
-            low = [d for d in node.low if self.room.get((lv, d), float("-inf")) >= cost - EPS]
-            if not low:
-                continue
-            fullest = max(node.counts.values())
-            sources = [o for o in owners if o in book.open and (task, o) not in self.frozen
-                       and node.counts.get(domain(path[o], lv)) == fullest
-                       and (lv == topo.first or domain(path[o], lv - 1) == node.parent)]
-            if not sources:
-                continue
-
-            def crowding(o: str) -> tuple[tuple[int, ...], float, float, str, str]:
-                others = [path[x] for x in owners if x != o]
-                return (topo.key(path[o], others), book.util(o), book.cap[o], book.rank[o], o)
-
-            src = max(sources, key=crowding)
-            others = [path[x] for x in owners if x != src]
-            wanted = set(low)
-            best, best_key = None, None
-            for w in book.open_for(book.need_of(task)):
-                if domain(path[w], lv) not in wanted or not self._admissible(task, w):
-                    continue
-                c, lw = book.cap[w], book.load[w]
-                if lw + cost > c + EPS:
-                    continue
-                k = (topo.key(path[w], others), (lw + cost) / c, c, book.rank[w], w)
-                if best_key is None or k < best_key:
-                    best, best_key = w, k
-            if best is not None:
-                return Move(task, src, best)
-        return None
 
 
 def run(book: Ledger, tolerance: float, budget: int, pinned: Container[str],
