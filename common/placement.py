@@ -1,43 +1,65 @@
 """Placement: which worker runs which task replica. Pure, deterministic, incremental.
 
 `Placement` holds the *desired* assignment and changes it only through events — workers come,
-change capacity or leave; tasks are added or removed; pending replicas are placed; a rebalance
-is asked for. Each change returns a `Diff`: per worker, the tasks to add and to remove. The
-supervisor turns diffs into instruction sets; when the workers actually act is its business.
+change capacity or leave; tasks are added, reshaped or removed; pending replicas are placed; a
+rebalance pass is asked for. Each change returns a `Diff`: per worker, the tasks to add and to
+remove. The supervisor turns diffs into instruction sets; when workers act is its business.
 
-Rules every change keeps (tests/unit/test_placement.py checks them under hypothesis):
+**Balanced** — the criterion every convergence ends at. The utilization of a worker is the
+summed cost of the replicas it holds ÷ its max_load. A *move* takes one replica of a task t
+(cost c) from an eligible worker a to a worker b that may take it: b is eligible with
+max_load > 0, has room (load_b + c ≤ max_load_b), is not excluded from t, has every label t
+requires, holds no replica of t, and does not lower t's zone spread (b's zone key for t is no
+worse than a's, see `zones`). The placement is *balanced* with tolerance τ when no move would
+leave its target, after taking the replica, more than τ below its source:
+
+    u_b + c/max_load_b ≥ u_a − τ    for every move of a replica from a to b,
+
+and no zone-degraded task can be repaired (one of its replicas moved from its fullest domain
+to a live domain holding two fewer, room permitting). With τ = 0 and unit costs this says: no
+worker is more utilized than another would be after taking one more task (on equal workers,
+loads differ by at most one); τ is the utilization gap a fleet may keep to spare moves.
+Workers on hold keep their replicas and are neither sources nor targets; tasks being handed
+over (``pinned``) stay put. `rebalance` makes budgeted passes toward this fixed point (see
+`convergence`); `is_balanced` tells whether it holds (and nothing pending fits), `outlook`
+and `planned_moves` what the remaining passes would do.
+
+Rules every change keeps (tests/unit/test_placement*.py check them under hypothesis):
 
 * coverage before redundancy — every task gets its first replica before any gets a second;
-* the replicas of one task are on distinct workers;
+* the replicas of one task are on distinct workers, in distinct zones when the live zones
+  with room allow (else as evenly spread as they allow);
 * no worker is above its ``max_load`` (a capacity cut sheds tasks at once);
-* only *eligible* workers get anything new (not starting, lame duck, drained or inactive);
-* a replica that fits nowhere stays *pending* — reported, never dropped — and is placed by
-  the next `place()` that finds room;
-* existing placements are kept: a worker leaving moves exactly its own tasks.
+* a task runs only on workers with every label it requires (a hard constraint);
+* only eligible workers get anything new; `assign` records what a worker already runs and
+  refuses, with the reason, what would break a rule above;
+* a replica that fits nowhere stays *pending* — reported with the reason, never dropped —
+  and is placed by the next `place()` that finds room;
+* existing placements are kept: a worker leaving moves exactly its own replicas.
 
-Two strategies choose where a replica goes (see `strategies`): ``least-utilized`` (the
-default; water-filling, the lowest maximum utilization integer placement allows) and
-``proportional`` (the supervisor seed's rule: weights from free capacity, ceil(n × weight)).
-
-Iteration order never depends on ``hash()`` of a string (it changes per process): tasks are
-kept in insertion-ordered dicts and sorted where an order is chosen.
+Two strategies choose where a new replica goes (see `strategies`): ``least-utilized`` (the
+default; water-filling) and ``proportional`` (the supervisor seed's rule).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Container, Iterable, Mapping
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from enum import StrEnum
 
-from . import strategies
+from . import coverage, pending, rebalance, shapes
+from .convergence import Convergence
+from .coverage import LEAST_UTILIZED, PROPORTIONAL, STRATEGIES
 from .diff import Diff, Move, WorkerDiff
-from .rebalance import plan_moves
-from .strategies import EPS as _EPS
+from .ledger import Ledger
+from .reshape import reshape
+from .shapes import NO_LABELS, Labels, TaskShape, describe
+from .strategies import EPS
+from .verdicts import Assigned, Outlook
+from .zones import Topology, zone_path
 
-LEAST_UTILIZED = "least-utilized"
-PROPORTIONAL = "proportional"
-STRATEGIES = (LEAST_UTILIZED, PROPORTIONAL)
-
+__all__ = ["LEAST_UTILIZED", "PROPORTIONAL", "STRATEGIES", "Assigned", "Mode", "Outlook",
+           "Placement", "TaskShape"]
 
 _NONE: dict[str, None] = {}
 
@@ -55,6 +77,18 @@ class Mode(StrEnum):
     HOLD = "hold"
 
 
+Shape = float | TaskShape
+
+
+def _shape(task: str, spec: Shape) -> tuple[float, int | None, Labels]:
+    if isinstance(spec, TaskShape):
+        return spec.cost, spec.replicas, spec.needs
+    if isinstance(spec, bool) or not isinstance(spec, int | float) or not spec > 0 \
+            or math.isinf(spec):
+        raise ValueError(f"task {task!r}: cost must be a finite number > 0, got {spec!r}")
+    return float(spec), None, NO_LABELS
+
+
 class Placement:
     """The desired assignment of task replicas to workers, changed one event at a time."""
 
@@ -63,307 +97,301 @@ class Placement:
             raise ValueError(f"replicas must be >= 1, got {replicas}")
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-        self.replicas = replicas
         self.strategy = strategy
-        self._cap: dict[str, float] = {}
-        self._load: dict[str, float] = {}
-        self._mode: dict[str, Mode] = {}
-        # Workers that may take new replicas (eligible, max_load > 0), in insertion order.
-        self._open: dict[str, None] = {}
-        self._level = strategies.WaterLevel()
-        # task -> workers it must not be placed on (it kept failing there)
-        self._excluded: dict[str, dict[str, None]] = {}
-        self._tasks_of: dict[str, dict[str, None]] = {}
-        self._cost: dict[str, float] = {}
-        self._owners: dict[str, list[str]] = {}
-        # Tasks with fewer owners than `replicas`, in the order they became short.
-        self._pending: dict[str, None] = {}
-        self.version = 0
+        self.book = Ledger(replicas)  # the state; placement modules read it directly
+        self.convergence = Convergence(strategy)  # the plan of the current convergence
+        self._balanced: tuple[int, float, bool] | None = None
 
     # -- queries -----------------------------------------------------------------------------
 
     @property
+    def replicas(self) -> int:
+        """The default replicas per task (a task's shape may override it)."""
+        return self.book.replicas
+
+    @property
+    def version(self) -> int:
+        return self.book.version
+
+    @property
     def workers(self) -> list[str]:
-        return list(self._cap)
+        return list(self.book.cap)
 
     @property
     def tasks(self) -> Mapping[str, float]:
-        return self._cost
+        """Task -> cost."""
+        return self.book.cost
+
+    @property
+    def topology(self) -> Topology:
+        return self.book.topo
 
     def has_worker(self, worker: str) -> bool:
-        return worker in self._cap
+        return worker in self.book.cap
 
     def max_load(self, worker: str) -> float:
-        return self._cap[worker]
+        return self.book.cap[worker]
 
     def mode(self, worker: str) -> Mode:
-        return self._mode[worker]
+        return Mode.ELIGIBLE if self.book.eligible[worker] else Mode.HOLD
+
+    def zone(self, worker: str) -> str:
+        return self.book.path[worker][-1]
+
+    def labels(self, worker: str) -> dict[str, str]:
+        return dict(sorted(self.book.labels[worker]))
 
     def load(self, worker: str) -> float:
-        return self._load[worker]
+        return self.book.load[worker]
 
     def utilization(self, worker: str) -> float:
-        cap, load = self._cap[worker], self._load[worker]
-        if cap > 0:
-            return load / cap
-        return math.inf if load > _EPS else 0.0
+        return self.book.util(worker)
 
     def tasks_of(self, worker: str) -> Mapping[str, None]:
-        return self._tasks_of.get(worker, {})
+        """The worker's tasks: a live, read-only view that stays the same object for as long
+        as the worker is known (the supervisor keeps it)."""
+        return self.book.tasks_of.get(worker, _NONE)
 
-    def owners(self, task: str) -> list[str]:
-        return self._owners.get(task, [])
+    def owners(self, task: str) -> Sequence[str]:
+        """The workers that hold a replica of the task (a tuple; empty if none or unknown)."""
+        return self.book.owners.get(task, ())
+
+    def replicas_of(self, task: str) -> int:
+        return self.book.want_of(task)
+
+    def shape(self, task: str) -> TaskShape:
+        b = self.book
+        return TaskShape(b.cost[task], b.want.get(task), dict(b.need_of(task)))
 
     def assignment(self) -> dict[str, list[str]]:
-        return {t: list(o) for t, o in self._owners.items()}
+        return {t: list(o) for t, o in self.book.owners.items()}
 
     def pending(self) -> dict[str, int]:
         """Tasks short of replicas -> how many replicas are missing."""
-        return {t: self.replicas - len(self._owners[t]) for t in self._pending}
+        b = self.book
+        return {t: b.want_of(t) - len(b.owners[t]) for t in b.pending}
+
+    def pending_reasons(self) -> dict[str, str]:
+        """Each pending task -> one sentence saying why it is short (see `pending`)."""
+        return pending.reasons(self.book)
+
+    def degraded(self) -> list[str]:
+        """The zone-degraded tasks, sorted (see `zones`)."""
+        return sorted(self.book.degraded())
+
+    def zone_degraded(self) -> int:
+        """How many tasks are zone-degraded (a gauge)."""
+        return len(self.book.degraded())
 
     def eligible(self) -> list[str]:
-        return [w for w, m in self._mode.items() if m is Mode.ELIGIBLE]
-
-    def _update_open(self, worker: str) -> None:
-        self._level.touch(worker)
-        if self._mode.get(worker) is Mode.ELIGIBLE and self._cap[worker] > 0:
-            self._open[worker] = None
-        else:
-            self._open.pop(worker, None)
+        return [w for w, e in self.book.eligible.items() if e]
 
     # -- workers -----------------------------------------------------------------------------
 
-    def upsert_worker(self, worker: str, max_load: float, mode: Mode = Mode.ELIGIBLE) -> Diff:
-        """Add a worker or change its capacity or mode. A cut below its load sheds tasks (they
-        become pending; call `place`). Returns the removals."""
+    def upsert_worker(self, worker: str, max_load: float, mode: Mode = Mode.ELIGIBLE,
+                      zone: str | None = None,
+                      labels: Mapping[str, str] | None = None) -> Diff:
+        """Add a worker or change its capacity or mode. ``zone`` ("eu-1/rack-7/host-3"; empty:
+        none) and ``labels`` are fixed for a worker's incarnation: None keeps them; a different
+        value is refused (remove the worker and add it again). A cut below its load sheds
+        tasks (they become pending; call `place`). Returns the removals."""
         if not max_load >= 0 or math.isinf(max_load):
             raise ValueError(f"max_load must be a finite number >= 0, got {max_load!r}")
-        diff = Diff()
-        if worker not in self._cap:
-            self._load[worker] = 0.0
-            self._tasks_of[worker] = {}
-        self._cap[worker] = float(max_load)
-        self._mode[worker] = Mode(mode)
-        self._update_open(worker)
-        self.version += 1
-        return self.enforce_capacity(worker, diff)
+        b, eligible = self.book, Mode(mode) is Mode.ELIGIBLE
+        if worker not in b.cap:
+            b.add_worker(worker, float(max_load), eligible, zone_path(zone or ""),
+                         shapes.labels(labels))
+        else:
+            if zone is not None and zone_path(zone) != b.path[worker]:
+                raise ValueError(f"worker {worker!r}: its zone is fixed ({self.zone(worker)!r}); "
+                                 "remove it and add it again")
+            if labels is not None and shapes.labels(labels) != b.labels[worker]:
+                raise ValueError(f"worker {worker!r}: its labels are fixed "
+                                 f"({describe(b.labels[worker])}); remove it and add it again")
+            b.set_worker(worker, float(max_load), eligible)
+        return self.enforce_capacity(worker)
 
     def enforce_capacity(self, worker: str, diff: Diff | None = None) -> Diff:
         """Shed the worker's most recently placed tasks until its load fits its max_load."""
         diff = diff if diff is not None else Diff()
-        cap = self._cap[worker]
-        tasks = self._tasks_of[worker]
-        while self._load[worker] > cap + _EPS and tasks:
+        b = self.book
+        cap, tasks = b.cap[worker], b.tasks_of[worker]
+        while b.load[worker] > cap + EPS and tasks:
             task = next(reversed(tasks))
-            self._unassign(task, worker)
+            b.unlink(task, worker)
             diff.remove(worker, task)
         return diff
 
     def remove_worker(self, worker: str) -> Diff:
         """The worker is gone: all its replicas become pending (call `place` to move them)."""
         diff = Diff()
-        if worker not in self._cap:
-            return diff
-        tasks = self._tasks_of.pop(worker)
-        owners_of, pending = self._owners, self._pending
-        for task in tasks:
-            owners_of[task].remove(worker)
-            pending[task] = None
-        if tasks:
-            diff.workers[worker] = WorkerDiff(remove=dict(tasks))
-        del self._cap[worker], self._load[worker], self._mode[worker]
-        self._open.pop(worker, None)
-        self.version += 1
+        if worker in self.book.cap:
+            tasks = self.book.drop_worker(worker)
+            if tasks:
+                diff.workers[worker] = WorkerDiff(remove=dict(tasks))
         return diff
 
     # -- tasks -------------------------------------------------------------------------------
 
-    def add_tasks(self, tasks: Mapping[str, float] | Iterable[str]) -> None:
-        """New tasks (id -> cost, or ids with cost 1); all their replicas start pending."""
-        items = tasks.items() if isinstance(tasks, Mapping) else ((t, 1.0) for t in tasks)
-        for task, cost in items:
-            if not cost > 0 or math.isinf(cost):
-                raise ValueError(f"task {task!r}: cost must be a finite number > 0, got {cost!r}")
-            if task in self._cost:
+    def add_tasks(self, tasks: Mapping[str, Shape] | Iterable[str]) -> None:
+        """New tasks: id -> cost or `TaskShape`, or ids (cost 1). All their replicas start
+        pending. A task already known is left as it is (`upsert_tasks` changes shapes)."""
+        b = self.book
+        if not isinstance(tasks, Mapping):
+            b.add_plain(dict.fromkeys((t for t in tasks if t not in b.cost), 1.0))
+            return
+        plain: dict[str, float] = {}
+        for task, spec in tasks.items():
+            cost, want, need = _shape(task, spec)
+            if task in b.cost:
                 continue
-            self._cost[task] = float(cost)
-            self._owners[task] = []
-            self._pending[task] = None
-        self.version += 1
+            if want is None and not need:
+                plain[task] = cost
+            else:
+                b.add_task(task, cost, want, need)
+        b.add_plain(plain)
+
+    def upsert_tasks(self, tasks: Mapping[str, Shape]) -> Diff:
+        """Add new tasks and change the shape of known ones in place (see `reshape`: a new
+        cost changes loads, fewer replicas or new required labels shed owners). Shed and
+        missing replicas are pending: call `place`. Returns the removals."""
+        b, diff = self.book, Diff()
+        for task, spec in tasks.items():
+            cost, want, need = _shape(task, spec)
+            if task not in b.cost:
+                b.add_task(task, cost, want, need)
+            else:
+                reshape(b, task, cost, want, need, diff)
+        b.version += 1
+        return diff
 
     def remove_tasks(self, tasks: Iterable[str]) -> Diff:
         """Tasks that no longer exist: every replica is removed."""
-        diff = Diff()
+        b, diff = self.book, Diff()
         for task in tasks:
-            if task not in self._cost:
+            if task not in b.cost:
                 continue
-            for w in list(self._owners[task]):
-                self._unassign(task, w)
+            for w in list(b.owners[task]):
+                b.unlink(task, w)
                 diff.remove(w, task)
-            del self._cost[task], self._owners[task]
-            self._pending.pop(task, None)
-            self._excluded.pop(task, None)
-        self.version += 1
+            b.drop_task(task)
+        b.version += 1
         return diff
 
-    def assign(self, task: str, worker: str) -> bool:
-        """Record that ``worker`` runs ``task`` (rebuilding from reports after a restart).
+    # -- replicas ----------------------------------------------------------------------------
 
-        Refused (False) when the task is unknown, the worker unknown, already an owner, or the
-        task already has all its replicas. Capacity is not checked here: reality may be over
-        it; `enforce_capacity` sheds the excess.
-        """
-        owners = self._owners.get(task)
-        if owners is None or worker not in self._cap or worker in owners:
-            return False
-        if len(owners) >= self.replicas:
-            return False
-        self._assign(task, worker)
-        return True
+    def can_assign(self, task: str, worker: str) -> Assigned:
+        """Would `assign` take it? OK, or the reason it would refuse."""
+        b = self.book
+        owners = b.owners.get(task)
+        if owners is None:
+            return Assigned.UNKNOWN_TASK
+        if worker not in b.cap:
+            return Assigned.UNKNOWN_WORKER
+        if worker in owners:
+            return Assigned.OWNER
+        if len(owners) >= b.want_of(task):
+            return Assigned.COMPLETE
+        ex = b.excluded.get(task)
+        if ex and worker in ex:
+            return Assigned.EXCLUDED
+        need = b.need.get(task)
+        if need and not need <= b.labels[worker]:
+            return Assigned.LABELS
+        if b.load[worker] + b.cost[task] > b.cap[worker] + EPS:
+            return Assigned.NO_ROOM
+        return Assigned.OK
+
+    def assign(self, task: str, worker: str) -> Assigned:
+        """Record that ``worker`` runs ``task`` (rebuilding from reports, adopting a task a
+        worker already runs). Refused, with the reason, when the task or worker is unknown,
+        the worker already owns it, the task has all its replicas, or the worker is excluded
+        from it, lacks a label it requires or has no room for it. A worker on hold may be
+        given a task it already runs (it keeps what it runs). Zone spread is not checked:
+        reality may be crowded; rebalance passes repair it without stopping anything."""
+        verdict = self.can_assign(task, worker)
+        if verdict:
+            self.book.link(task, worker)
+        return verdict
 
     def unassign(self, task: str, worker: str) -> bool:
         """Take one replica off a worker (it becomes pending)."""
-        if worker not in self._owners.get(task, ()):
+        if worker not in self.book.owners.get(task, ()):
             return False
-        self._unassign(task, worker)
+        self.book.unlink(task, worker)
         return True
 
     def exclude(self, task: str, worker: str) -> bool:
         """Never place ``task`` on ``worker`` again (until `include`); takes it off now if the
         worker owns it (it becomes pending). True if the worker owned it."""
-        if task not in self._cost:
+        if task not in self.book.cost:
             return False
-        self._excluded.setdefault(task, {})[worker] = None
+        self.book.excluded.setdefault(task, {})[worker] = None
+        self.book.version += 1
         return self.unassign(task, worker)
 
     def include(self, task: str, worker: str) -> None:
         """Lift an exclusion (call `place` to use the worker again)."""
-        ex = self._excluded.get(task)
-        if ex is not None:
-            ex.pop(worker, None)
+        ex = self.book.excluded.get(task)
+        if ex is not None and worker in ex:
+            del ex[worker]
             if not ex:
-                del self._excluded[task]
+                del self.book.excluded[task]
+            self.book.version += 1
 
     def excluded(self) -> dict[str, list[str]]:
         """Every exclusion, copied (for views)."""
-        return {t: list(ws) for t, ws in self._excluded.items()}
+        return {t: list(ws) for t, ws in self.book.excluded.items()}
 
     def excluded_from(self, task: str) -> Collection[str]:
         """The workers ``task`` must not go to (a live, read-only view; cheap per task)."""
-        return self._excluded.get(task, _NONE)
+        return self.book.excluded.get(task, _NONE)
 
-    def _assign(self, task: str, worker: str) -> None:
-        owners = self._owners[task]
-        owners.append(worker)
-        self._tasks_of[worker][task] = None
-        self._load[worker] += self._cost[task]
-        self._level.touch(worker)
-        if len(owners) >= self.replicas:
-            self._pending.pop(task, None)
-        self.version += 1
-
-    def _unassign(self, task: str, worker: str) -> None:
-        self._owners[task].remove(worker)
-        del self._tasks_of[worker][task]
-        load = self._load[worker] - self._cost[task]
-        self._load[worker] = load if load > _EPS else 0.0
-        self._level.touch(worker)
-        self._pending[task] = None
-        self.version += 1
-
-    # -- placing -----------------------------------------------------------------------------
+    # -- placing and rebalancing -------------------------------------------------------------
 
     def place(self) -> Diff:
-        """Place every pending replica that fits somewhere, coverage before redundancy.
-
-        Round r gives an r+1-th owner to every task that has exactly r, so all tasks get a
-        first replica before any gets a second. A replica still pending afterwards fits on no
-        eligible worker that does not already own the task.
-        """
-        diff = Diff()
-        if not self._pending:
-            return diff
-        owners_of = self._owners
-        by_have: dict[int, list[str]] = {}
-        for task in self._pending:
-            by_have.setdefault(len(owners_of[task]), []).append(task)
-        carry: list[str] = []  # tasks that got their r-th replica in the previous round
-        for r in range(self.replicas):
-            batch = carry + by_have.get(r, [])
-            if not batch:
-                continue
-            placed: list[str] = []
-            for group in self._by_cost(batch):
-                self._place_group(group, r, diff, placed)
-            carry = placed
-        return diff
-
-    def _place_group(self, group: list[str], r: int, diff: Diff, placed: list[str]) -> None:
-        cost = self._cost[group[0]]
-        args = (self._cap, self._load, self._owners)
-        ex = self._excluded
-        if self.strategy == PROPORTIONAL:
-            got, group = strategies.proportional(group, cost, self._open, *args, ex)
-            self._level.invalidate()
-            self._record(got, diff, placed)
-        elif len(group) >= 8 * len(self._mode):
-            # A big batch (a full placement): the O(n) block pass first; the heap after.
-            got, group = strategies.fill_blocks(
-                group, cost, r, self.replicas, list(self._open), *args, ex
-            )
-            self._level.invalidate()
-            self._record(got, diff, placed)
-        got = strategies.water_fill(group, cost, self._open, *args, self._level, ex)
-        self._record(got, diff, placed)
-
-    def _by_cost(self, batch: list[str]) -> list[list[str]]:
-        """The batch as groups of equal cost, biggest first (like LPT scheduling), each sorted
-        by id so the result does not depend on the order tasks arrived in."""
-        cost = self._cost
-        first = cost[batch[0]]
-        if all(cost[t] == first for t in batch):
-            return [sorted(batch)]
-        groups: dict[float, list[str]] = {}
-        for t in batch:
-            groups.setdefault(cost[t], []).append(t)
-        return [sorted(groups[c]) for c in sorted(groups, reverse=True)]
-
-    def _record(self, got: dict[str, list[str]], diff: Diff, placed: list[str]) -> None:
-        """Book-keeping for replicas a strategy just added (it updated owners and loads)."""
-        pending, owners_of, replicas = self._pending, self._owners, self.replicas
-        tasks_of, add_many = self._tasks_of, diff.add_many
-        for w, tasks in got.items():
-            if len(tasks) == 1:  # the usual case after a death: one replica per worker
-                task = tasks[0]
-                tasks_of[w][task] = None
-                diff.add(w, task)
-                placed.append(task)
-            else:
-                tasks_of[w].update(dict.fromkeys(tasks))
-                add_many(w, tasks)
-                placed.extend(tasks)
-        for t in placed:
-            if len(owners_of[t]) >= replicas:
-                pending.pop(t, None)
-        self.version += 1
-
-    # -- rebalancing -------------------------------------------------------------------------
+        """Place every pending replica that fits somewhere, coverage before redundancy (see
+        `coverage`). A replica still pending afterwards fits on no worker that may take it."""
+        return coverage.place(self.book, self.strategy)
 
     def spread(self) -> float:
         """max − min utilization over eligible workers (0 with fewer than two)."""
         utils = [self.utilization(w) for w in self.eligible()]
         return max(utils) - min(utils) if len(utils) > 1 else 0.0
 
-    def rebalance(
-        self, tolerance: float, budget: int, pinned: Container[str] = ()
-    ) -> tuple[Diff, list[Move]]:
-        """Move up to ``budget`` replicas from the most to the least utilized eligible workers
-        while the spread exceeds ``tolerance``; ``pinned`` tasks stay put. A move is made only
-        if it lowers the higher of the two workers' utilizations, so no rebalance ever raises
-        the maximum utilization (see `rebalance.plan_moves`)."""
-        moves = plan_moves(self, tolerance, budget, pinned)
-        diff = Diff()
-        for m in moves:
-            diff.remove(m.source, m.task)
-            diff.add(m.target, m.task)
+    def rebalance(self, tolerance: float, budget: int, pinned: Container[str] = ()
+                  ) -> tuple[Diff, list[Move]]:
+        """One pass of the current convergence (see `convergence`): at most ``budget`` of its
+        planned moves, at most one step for any task, ``pinned`` tasks left for later;
+        planned afresh whenever anything changed since the last pass. The diff is the whole
+        pass: the moves (hand them over make-before-break) and, beside them, plain starts
+        of pending replicas the moves made room for and, rarely, stops of redundant replicas
+        displaced to cover another task. Convergence is done when `is_balanced` holds; a
+        pass that changes nothing while it does not means the rest waits on ``pinned``."""
+        moves, diff = self.convergence.step(self.book, tolerance, budget, pinned)
         return diff, moves
+
+    def is_balanced(self, tolerance: float, pinned: Container[str] = ()) -> bool:
+        """Is the convergence done: no pending replica fits anywhere and the criterion holds
+        (given ``pinned``)? Exact. O(W) when it plainly does; remembered until the next
+        change when nothing is pinned."""
+        if not pinned and self._balanced and self._balanced[:2] == (self.version, tolerance):
+            return self._balanced[2]
+        verdict = rebalance.balanced(self.book, tolerance, pinned)
+        if not pinned:
+            self._balanced = (self.version, tolerance, verdict)
+        return verdict
+
+    def outlook(self, tolerance: float, pinned: Container[str] = ()) -> Outlook:
+        """For status views: is the convergence done, how many moves does its plan still
+        hold, and does the plan reach the fixed point (or is it the first `PLAN_AHEAD`
+        moves of a longer convergence)?"""
+        moves = self.planned_moves(tolerance, pinned)
+        return Outlook(self.is_balanced(tolerance, pinned), len(moves), self.convergence.complete)
+
+    def planned_moves(self, tolerance: float, pinned: Container[str] = ()) -> list[Move]:
+        """The moves the current convergence still plans to make (planning it if anything
+        changed since): how far from balanced the placement is, in moves."""
+        steps = self.convergence.plan(self.book, tolerance, pinned)
+        return [Move(s.task, s.source, s.target) for s in steps
+                if s.source is not None and s.target is not None]

@@ -8,10 +8,10 @@ removed; missing replicas are placed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .diff import Diff, WorkerDiff
-from .placement import LEAST_UTILIZED, Mode, Placement
+from .placement import LEAST_UTILIZED, Mode, Placement, TaskShape
 
 
 @dataclass(frozen=True)
@@ -29,11 +29,13 @@ class WorkerSpec:
     max_load: float
     mode: Mode = Mode.ELIGIBLE
     tasks: tuple[str, ...] = ()
+    zone: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 def plan(
     workers: Iterable[WorkerSpec],
-    tasks: Mapping[str, float] | Iterable[str],
+    tasks: Mapping[str, float | TaskShape] | Iterable[str],
     replicas: int = 1,
     strategy: str = LEAST_UTILIZED,
 ) -> Plan:
@@ -43,7 +45,7 @@ def plan(
     specs = list(workers)
     p.add_tasks(tasks)
     for spec in specs:
-        p.upsert_worker(spec.id, spec.max_load, spec.mode)
+        p.upsert_worker(spec.id, spec.max_load, spec.mode, spec.zone, spec.labels)
     diff = Diff()
     for spec in specs:
         for task in spec.tasks:

@@ -18,7 +18,7 @@ Two pure pieces the supervisor needs:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 
@@ -50,15 +50,17 @@ def correction(
 
 
 def resolve_claims(
-    claims: Mapping[str, Iterable[tuple[str, int]]], replicas: int
+    claims: Mapping[str, Iterable[tuple[str, int]]], replicas: int | Callable[[str], int]
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """Per task, the workers that keep it (at most ``replicas``: highest epoch first, then
+    """Per task, the workers that keep it (at most ``replicas`` — a number, or the task's own
+    from a function: the newest assignment first, i.e. the highest fencing token, then the
     lowest worker id) and the surplus claimants that must stop it."""
     kept: dict[str, list[str]] = {}
     surplus: dict[str, list[str]] = {}
     for task, claimants in claims.items():
+        n = replicas(task) if callable(replicas) else replicas
         ranked = sorted(claimants, key=lambda c: (-c[1], c[0]))
-        kept[task] = [w for w, _ in ranked[:replicas]]
-        if len(ranked) > replicas:
-            surplus[task] = [w for w, _ in ranked[replicas:]]
+        kept[task] = [w for w, _ in ranked[:n]]
+        if len(ranked) > n:
+            surplus[task] = [w for w, _ in ranked[n:]]
     return kept, surplus

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from corral.common.diff import Diff
-from corral.common.placement import Mode, Placement
+from corral.common.placement import Mode, Placement, TaskShape
 from corral.common.protocol import WorkerState
 from corral.common.reconcile import resolve_claims
 from corral.common.tasklist import TaskEntry
@@ -30,6 +30,12 @@ from .handoffs import Handoffs
 from .records import WorkerRecord
 
 INCLUDE = "include"  # timer key tag: a task may go back to a worker it kept failing on
+
+
+def _shape(entry: TaskEntry) -> TaskShape:
+    """What placement needs of a task entry (its spec is the worker's business)."""
+    return TaskShape(entry.cost, entry.replicas, entry.require)
+
 PLACED = "placed"  # the reason of a first placement (not a move)
 _EMPTY: dict[str, None] = {}
 
@@ -105,12 +111,23 @@ class Assigner:
             return Mode.HOLD
         return Mode.ELIGIBLE
 
+    def _upsert(self, rec: WorkerRecord) -> None:
+        """Tell placement the worker's capacity, mode, failure domain and labels. A zone or
+        labels that changed (a new incarnation started elsewhere, or differently) make it a
+        new worker to placement: its replicas move as for a leave, then it joins afresh."""
+        p, st = self.placement, rec.status
+        if p.has_worker(rec.id) and (p.zone(rec.id) != st.zone
+                                     or p.labels(rec.id) != dict(st.labels)):
+            self.gone([rec.id])
+        self._diff.merge(p.upsert_worker(rec.id, st.max_load, self.mode(rec), zone=st.zone,
+                                         labels=st.labels))
+        rec.desired = p.tasks_of(rec.id)
+
     def admit(self, rec: WorkerRecord, now: float) -> None:
         """A worker joins (or comes back) while running: adopt what it runs that is short of
         replicas, place what is pending, and reset it to its desired set."""
         p = self.placement
-        self._diff.merge(p.upsert_worker(rec.id, rec.status.max_load, self.mode(rec)))
-        rec.desired = p.tasks_of(rec.id)
+        self._upsert(rec)
         if rec.status.state is not WorkerState.LAME_DUCK:
             for task in rec.status.running:
                 p.assign(task, rec.id)  # refused unless it is short, fits and is allowed
@@ -121,10 +138,9 @@ class Assigner:
 
     def update_mode(self, rec: WorkerRecord, now: float) -> None:
         """Its state, max load or drained flag changed."""
-        p = self.placement
-        if not p.has_worker(rec.id):
+        if not self.placement.has_worker(rec.id):
             return
-        self._diff.merge(p.upsert_worker(rec.id, rec.status.max_load, self.mode(rec)))
+        self._upsert(rec)
         if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
             self.drain(rec, now)
         else:
@@ -183,15 +199,14 @@ class Assigner:
         self.entries = dict(tasks)
         self.listed = True
         self.task_generation += 1
-        p.add_tasks({t: e.cost for t, e in tasks.items()})
+        p.add_tasks({t: _shape(e) for t, e in tasks.items()})
         claims: dict[str, list[tuple[str, int]]] = {}
         for rec in active:
-            p.upsert_worker(rec.id, rec.status.max_load, self.mode(rec))
-            rec.desired = p.tasks_of(rec.id)
+            self._upsert(rec)
             for task, token in rec.status.running.items():
                 if task in tasks:
                     claims.setdefault(task, []).append((rec.id, token))
-        kept, surplus = resolve_claims(claims, p.replicas)
+        kept, surplus = resolve_claims(claims, p.replicas_of)
         for task, ws in kept.items():
             for w in ws:
                 p.assign(task, w)
@@ -210,30 +225,34 @@ class Assigner:
 
     def apply(self, tasks: Mapping[str, TaskEntry]) -> tuple[int, int, int]:
         """A new task list while running: (added, removed, respecified)."""
-        p = self.placement
+        p, old = self.placement, self.entries
         removed = [t for t in p.tasks if t not in tasks]
-        added = {t: e for t, e in tasks.items() if t not in self.entries}
-        changed = [t for t, e in tasks.items()
-                   if t in self.entries and self.entries[t].spec != e.spec]
+        added = {t: e for t, e in tasks.items() if t not in old}
+        changed = [t for t, e in tasks.items() if t in old and old[t].spec != e.spec]
+        reshaped = {t: _shape(e) for t, e in tasks.items()
+                    if t in old and _shape(old[t]) != _shape(e)}
         self.entries = dict(tasks)
         if removed or added:
             self.task_generation += 1
         if removed:
             self._diff.merge(p.remove_tasks(removed))
             for task in removed:
-                old = self.handoffs.release(task)
-                if old is not None:
-                    self._diff.remove(old, task)
+                source = self.handoffs.release(task)
+                if source is not None:
+                    self._diff.remove(source, task)
         for task in changed:  # a new version: its owners restart it with the new spec
             self.respec[task] = None
             for w in p.owners(task):
                 self._diff.add(w, task)
             self._feed.add("respec", task=task)
         self._counters.spec_changes += len(changed)
+        if reshaped:  # cost, replicas or required labels: surplus or misfit replicas stop
+            self._diff.merge(p.upsert_tasks(reshaped))
         if added:
-            p.add_tasks({t: e.cost for t, e in added.items()})
-            self._place("new task")
-        return len(added), len(removed), len(changed)
+            p.add_tasks({t: _shape(e) for t, e in added.items()})
+        if added or reshaped:
+            self._place(PLACED)
+        return len(added), len(removed), len(changed) + len(reshaped)
 
     # -- reports -------------------------------------------------------------------------------
 
@@ -292,27 +311,28 @@ class Assigner:
     # -- convergence ---------------------------------------------------------------------------
 
     def rebalance(self) -> tuple[int, bool]:
-        """One budgeted pass toward the balance criterion, make-before-break: (moves started,
-        balanced now). A task already in a hand-off does not move again until it ends."""
-        budget = self.config.move_budget
-        if budget <= 0:
-            return 0, True
+        """One budgeted pass toward the balance criterion: (moves started, balanced now).
+        Moves are make-before-break, one replica of a task per pass, and a task already in a
+        hand-off is not moved again until it ends (so at most replicas + 1 owners); the rest
+        of the pass — pending replicas the moves made room for, a redundant replica displaced
+        to cover another task — is sent as plain starts and stops."""
+        tol, budget = self.config.rebalance_tolerance, self.config.move_budget
         p, handoffs = self.placement, self.handoffs
-        _, moves = p.rebalance(self.config.rebalance_tolerance, budget, pinned=handoffs.tasks)
-        started = 0
+        if budget <= 0 or p.is_balanced(tol, handoffs.tasks):
+            return 0, True
+        diff, moves = p.rebalance(tol, budget, pinned=handoffs.tasks)
         for m in moves:
-            if m.task in handoffs:
-                # A second replica of a task moved in the same pass: undo it (the task goes
-                # back to its source), or the task would have replicas + 2 owners until both
-                # hand-offs end. A later pass moves it once this hand-off is over.
-                p.unassign(m.task, m.target)
-                p.assign(m.task, m.source)
-                continue
             handoffs.start(m.task, m.source)
-            self._diff.add(m.target, m.task)
+            diff.workers[m.source].remove.pop(m.task, None)  # the old owner stops it later
             self._feed.add("move", task=m.task, to=m.target, source=m.source,
                            reason="rebalance", cost=p.tasks.get(m.task))
-            started += 1
-        self._counters.tasks_moved += started
-        self._counters.rebalance_moves += started
-        return started, len(moves) < budget and started == len(moves)
+        self._diff.merge(diff)
+        self._counters.tasks_moved += diff.moved()
+        self._counters.rebalance_moves += len(moves)
+        return len(moves), p.is_balanced(tol, handoffs.tasks)
+
+    def outlook(self) -> tuple[bool, int, int]:
+        """(balanced, moves a full convergence still plans, zone-degraded tasks)."""
+        p, tol = self.placement, self.config.rebalance_tolerance
+        look = p.outlook(tol, self.handoffs.tasks)
+        return look.balanced, look.planned_moves, p.zone_degraded()

@@ -62,6 +62,7 @@ def snapshot(q: Queries) -> dict[str, Any]:
         "tasks_assigned": summary["tasks_assigned"],
         "tasks_pending": summary["tasks_pending"],
         "balanced": 1 if summary["balanced"] else 0,
+        "zone_degraded": summary["zone_degraded"],
         "handoffs": summary["handoffs"],
         "epoch": q.lifecycle()[1],
     }
@@ -95,6 +96,9 @@ class CorralCollector(Collector):
                                 value=g["balanced"])
         yield GaugeMetricFamily("corral_handoffs", "make-before-break hand-offs in flight",
                                 value=g["handoffs"])
+        yield GaugeMetricFamily("corral_zone_degraded", "tasks whose replicas are not spread "
+                                "over failure domains as far as the live ones allow",
+                                value=g["zone_degraded"])
         yield GaugeMetricFamily("corral_epoch", "the supervisor's epoch", value=g["epoch"])
 
     def refresh(self, q: Queries) -> None:

@@ -110,7 +110,15 @@ class Queries:
             "version": p.version,
             "balanced": core.converge.balanced,
             "rebalance_moves": core.counters.rebalance_moves,
+            "zone_degraded": p.zone_degraded(),
         }
+
+    def outlook(self) -> dict[str, Any]:
+        """How far the placement is from balanced: the moves a full convergence still plans
+        (a dry run; at most the first 500 of a longer one) — for status, not for gauges."""
+        balanced, planned, degraded = self._core.assigner.outlook()
+        return {"criterion_met": balanced, "moves_planned": planned,
+                "zone_degraded": degraded}
 
     def events(self, cursor: int | None, limit: int) -> dict[str, Any]:
         return self._core.feed.after(cursor, limit)
@@ -199,7 +207,7 @@ class Queries:
                     tokens[w] = token
                 if task in rec.status.failures and w not in failing:
                     failing.append(w)
-        missing = p.replicas - len(owners)
+        missing = p.replicas_of(task) - len(owners)
         return TaskView(task, cost, owners, tokens, max(missing, 0),
                         self._pending_reason(task) if missing > 0 else None,
                         a.handoffs.old_owner(task), tuple(sorted(failing)), a.spec(task))

@@ -92,6 +92,9 @@ def test_a_frozen_exec_worker_s_tasks_end_before_anyone_else_gets_them(procs: Pr
     # Awake again: a recovers (or exits cleanly); it restarts nothing it no longer owns, and
     # the fleet settles with every task run exactly once.
     woke = time.monotonic()
+    # SIGCONT is not a promise that the agent has run yet: wait for its own account first,
+    # or the checks below could pass on a fleet that a has not touched since it froze.
+    wait_until(lambda: "lease lost" in a.output(), timeout=10, what="a logs its lost lease")
     wait_until(lambda: sorted(len(ws) for ws in running_now(procs, ["a", "b"]).values())
                == [1] * TASKS, timeout=20, what="every task on one worker")
     for span in intervals(procs, ["a"]):
@@ -103,4 +106,3 @@ def test_a_frozen_exec_worker_s_tasks_end_before_anyone_else_gets_them(procs: Pr
             live_now[t] = live_now.get(t, 0) + sum(alive(p) for p in ps)
     assert sorted(live_now.values()) == [1] * TASKS, live_now
     assert a.alive() or a.wait(1) == 0
-    assert "lease lost" in a.output()

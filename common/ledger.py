@@ -1,0 +1,399 @@
+"""The placement's books: workers, tasks, who owns what, loads — kept consistent, no policy.
+
+`Ledger` holds the state `Placement` decides about and the primitives that change it while
+keeping every derived figure right: a worker's load is the sum of its tasks' costs; a task is
+*pending* exactly while it has fewer owners than it wants; a task is *crowded* exactly while
+two of its owners share a top zone domain (only those can be zone-degraded, see `zones`);
+every change bumps ``version``. It never refuses anything: `Placement` checks first.
+
+The dicts are plain and shared by reference with the placing, rebalancing and pending-reason
+modules, which read them directly on hot paths. Iteration order never depends on ``hash()``
+of a string: dicts keep insertion order and callers sort where an order is chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TypeVar
+
+from .diff import Diff
+from .journal import Snapshot
+from .shapes import NO_LABELS, Labels, describe
+from .strategies import EPS, Got, Owners, WaterLevel
+from .zones import LiveTree, Path, Topology, topology
+
+T = TypeVar("T")
+K = TypeVar("K")
+
+
+class Ledger:
+    __slots__ = (
+        "_deg_dirty", "_deg_seen", "_degraded", "_interned", "_live", "_open_for", "bare", "cap",
+        "cost", "costs", "crowded", "eligible", "excluded", "journal", "labels", "levels", "load",
+        "need", "open", "open_version", "owners", "path", "paths", "pending", "rank", "replicas",
+        "tasks_of", "top_of", "topo", "version", "want",
+    )
+
+    def __init__(self, replicas: int) -> None:
+        self.replicas = replicas  # replicas a task wants unless its shape says otherwise
+        self.version = 0
+        # workers
+        self.cap: dict[str, float] = {}
+        self.load: dict[str, float] = {}
+        self.eligible: dict[str, bool] = {}  # mode: True = may take new replicas
+        self.open: dict[str, None] = {}  # eligible and max_load > 0, in insertion order
+        self.open_version = 0  # bumps when `open` or its labels change (live trees, reasons)
+        self.path: dict[str, Path] = {}
+        # worker -> its zone and labels, as one string: orders break ties by it before names,
+        # and unlabelled workers come first (scarce labelled ones stay free for tasks that
+        # need them)
+        self.rank: dict[str, str] = {}
+        self.labels: dict[str, Labels] = {}
+        self.paths: dict[Path, int] = {}  # workers per distinct zone path
+        self.topo = Topology()
+        self.top_of: dict[str, str] = {}  # worker -> its top zone domain, when zoned
+        self.tasks_of: dict[str, dict[str, None]] = {}
+        # tasks
+        self.cost: dict[str, float] = {}
+        self.costs: dict[float, int] = {}  # tasks per distinct cost (the smallest bounds moves)
+        self.want: dict[str, int] = {}  # replicas, only where a task overrides the default
+        self.need: dict[str, Labels] = {}  # required labels, only where a task has some
+        # Owner tuples, not lists: a task without owners shares the empty tuple, tasks placed in
+        # one block share one, and tuples are smaller (at a million tasks: most of the memory).
+        self.owners: dict[str, Owners] = {}
+        self.pending: dict[str, None] = {}  # fewer owners than wanted, in the order they got so
+        self.bare = 0  # tasks with no owner at all (all pending ones: a fresh task list)
+        self.excluded: dict[str, dict[str, None]] = {}  # task -> workers it must not go to
+        self.crowded: dict[str, None] = {}
+        self.levels: dict[Labels, WaterLevel] = {}  # one water-filling heap per label need
+        self._interned: dict[object, object] = {}  # costs, label sets and paths, shared
+        self._open_for: dict[Labels, dict[str, None]] = {}
+        self._live: dict[Labels, LiveTree] = {}
+        self._degraded: dict[str, None] = {}
+        self._deg_dirty: dict[str, None] = {}
+        self._deg_seen = -1  # open_version the degraded set was last fully computed for
+        self.journal: Snapshot | None = None  # set during a dry run (see `journal`)
+
+    def intern(self, value: T) -> T:
+        """One shared object per distinct cost, label set or path: a million tasks of cost 1.0
+        that need gpu=true hold two references, not two million objects."""
+        return self._interned.setdefault(value, value)  # type: ignore[return-value]
+
+    # -- derived figures ----------------------------------------------------------------------
+
+    def want_of(self, task: str) -> int:
+        return self.want.get(task, self.replicas)
+
+    def need_of(self, task: str) -> Labels:
+        return self.need.get(task, NO_LABELS)
+
+    def util(self, worker: str) -> float:
+        cap, load = self.cap[worker], self.load[worker]
+        if cap > 0:
+            return load / cap
+        return float("inf") if load > EPS else 0.0
+
+    def may_take(self, task: str, worker: str) -> bool:
+        """No replica of the task there yet, not excluded from it, every label it needs."""
+        if worker in self.owners[task] or worker in self.excluded.get(task, ()):
+            return False
+        need = self.need.get(task)
+        return not need or need <= self.labels[worker]
+
+    def open_for(self, need: Labels) -> dict[str, None]:
+        """The open workers that have every label in ``need`` (insertion order)."""
+        if not need:
+            return self.open
+        got = self._open_for.get(need)
+        if got is None:
+            labels = self.labels
+            got = self._open_for[need] = {w: None for w in self.open if need <= labels[w]}
+        return got
+
+    def live_tree(self, need: Labels) -> LiveTree:
+        tree = self._live.get(need)
+        if tree is None:
+            paths = map(self.path.__getitem__, self.open_for(need))
+            tree = self._live[need] = LiveTree(self.topo, paths)
+        return tree
+
+    def degraded(self) -> dict[str, None]:
+        """The zone-degraded tasks (see `zones`), recomputed only for what changed."""
+        if not self.topo.zoned:
+            self._degraded.clear()
+            return self._degraded
+        if self._deg_seen != self.open_version:
+            check, self._deg_seen = self.crowded, self.open_version
+            self._degraded = {}
+        else:
+            check = self._deg_dirty
+        path, owners, deg = self.path, self.owners, self._degraded
+        for t in list(check):
+            paths = [path[o] for o in owners[t]]
+            if t in self.crowded and self.live_tree(self.need_of(t)).degraded(paths):
+                deg[t] = None
+            else:
+                deg.pop(t, None)
+        self._deg_dirty = {}
+        return deg
+
+    def _changed_open(self) -> None:
+        self.open_version += 1
+        self._open_for.clear()
+        self._live.clear()
+
+    def touch(self, worker: str) -> None:
+        for level in self.levels.values():
+            level.touch(worker)
+
+    def recheck(self, task: str) -> None:
+        """Keep ``crowded`` right after the task's owners changed."""
+        if not self.topo.zoned:
+            return
+        owners, top = self.owners[task], self.top_of
+        if len(owners) > 1 and len({top[o] for o in owners}) < len(owners):
+            self.crowded[task] = None
+        elif task in self.crowded:
+            del self.crowded[task]
+        else:
+            return
+        self._deg_dirty[task] = None
+
+    def _retopologize(self) -> None:
+        topo = topology(self.paths)
+        if topo == self.topo:
+            return
+        self.topo = topo
+        self.top_of = {w: topo.top(p) for w, p in self.path.items()} if topo.zoned else {}
+        self.crowded = {}
+        self._deg_seen = -1
+        if topo.zoned:
+            for t in self.owners:
+                self.recheck(t)
+        self._changed_open()
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def add_worker(self, worker: str, cap: float, eligible: bool, path: Path,
+                   labels: Labels) -> None:
+        self.cap[worker] = cap
+        self.load[worker] = 0.0
+        self.eligible[worker] = eligible
+        self.tasks_of[worker] = {}
+        path = self.path[worker] = self.intern(path)
+        self.labels[worker] = self.intern(labels)
+        self.rank[worker] = f"{path[-1]}\x00{describe(labels)}" if labels or path[-1] else ""
+        n = self.paths.get(path, 0)
+        self.paths[path] = n + 1
+        if self.topo.zoned:
+            self.top_of[worker] = self.topo.top(path)
+        if n == 0:
+            self._retopologize()
+        self.set_worker(worker, cap, eligible)  # bumps the version
+
+    def set_worker(self, worker: str, cap: float, eligible: bool) -> None:
+        self.cap[worker] = cap
+        self.eligible[worker] = eligible
+        self.touch(worker)
+        now = eligible and cap > 0
+        if now != (worker in self.open):
+            if now:
+                self.open[worker] = None
+            else:
+                del self.open[worker]
+            self._changed_open()
+        self.version += 1
+
+    def drop_worker(self, worker: str) -> dict[str, None]:
+        """Forget the worker; its replicas become pending. Returns the tasks it had."""
+        tasks = self.tasks_of.pop(worker)
+        owners_of, want, default = self.owners, self.want, self.replicas
+        crowded, zoned = self.crowded, self.topo.zoned
+        # One lean pass (thousands of tasks when a zone dies): the usual owner tuples are
+        # rebuilt without a generator; only a crowded task can change that by losing an owner.
+        owners: Owners
+        for task in tasks:
+            old = owners_of[task]
+            if len(old) == 1:
+                owners = owners_of[task] = ()
+                self.bare += 1
+            elif len(old) == 2:
+                owners = owners_of[task] = (old[1],) if old[0] == worker else (old[0],)
+            else:
+                owners = owners_of[task] = tuple(o for o in old if o != worker)
+            if len(owners) < want.get(task, default):
+                self.pending[task] = None
+            if zoned and task in crowded:
+                self.recheck(task)
+        was_open = worker in self.open
+        self.open.pop(worker, None)
+        del self.cap[worker], self.load[worker], self.eligible[worker], self.labels[worker]
+        path = self.path.pop(worker)
+        del self.rank[worker]
+        self.top_of.pop(worker, None)
+        if not _count_down(self.paths, path):
+            self._retopologize()
+        if was_open:
+            self._changed_open()
+        self.version += 1
+        return tasks
+
+    # -- tasks --------------------------------------------------------------------------------
+
+    def add_task(self, task: str, cost: float, want: int | None, need: Labels) -> None:
+        cost = self.intern(cost)
+        self.cost[task] = cost
+        self.costs[cost] = self.costs.get(cost, 0) + 1
+        if want is not None:
+            self.want[task] = want
+        if need:
+            self.need[task] = self.intern(need)
+        self.owners[task] = ()
+        self.pending[task] = None
+        self.bare += 1
+        self.version += 1
+
+    def add_plain(self, tasks: Mapping[str, float]) -> None:
+        """New tasks with a cost and nothing else (the bulk path of a big task list): C-level
+        updates instead of one call per task."""
+        intern = self.intern
+        costs: dict[float, list[str]] = {}
+        for task, cost in tasks.items():
+            costs.setdefault(cost, []).append(task)
+        for cost, ts in costs.items():
+            c = intern(cost)
+            self.cost.update(dict.fromkeys(ts, c))
+            self.costs[c] = self.costs.get(c, 0) + len(ts)
+        self.owners.update(dict.fromkeys(tasks, ()))
+        self.pending.update(dict.fromkeys(tasks))
+        self.bare += len(tasks)
+        self.version += 1
+
+    def drop_task(self, task: str) -> None:
+        """Forget a task that has no owners left."""
+        cost = self.cost.pop(task)
+        _count_down(self.costs, cost)
+        if not self.owners.pop(task):
+            self.bare -= 1
+        self.want.pop(task, None)
+        self.need.pop(task, None)
+        self.excluded.pop(task, None)
+        for d in (self.pending, self.crowded, self._degraded, self._deg_dirty):
+            d.pop(task, None)
+        self.version += 1
+
+    def set_cost(self, task: str, cost: float) -> None:
+        old = self.cost[task]
+        cost = self.cost[task] = self.intern(cost)
+        _count_down(self.costs, old)
+        self.costs[cost] = self.costs.get(cost, 0) + 1
+        for w in self.owners[task]:
+            load = self.load[w] + cost - old
+            self.load[w] = load if load > EPS else 0.0
+            self.touch(w)
+        self.version += 1
+
+    def set_want(self, task: str, want: int | None) -> None:
+        if want is not None:
+            self.want[task] = want
+        elif task in self.want:
+            del self.want[task]
+        if len(self.owners[task]) < self.want_of(task):
+            self.pending[task] = None
+        else:
+            self.pending.pop(task, None)
+        self.version += 1
+
+    def set_need(self, task: str, need: Labels) -> None:
+        if need:
+            self.need[task] = self.intern(need)
+        else:
+            self.need.pop(task, None)
+        self._deg_dirty[task] = None
+        self.version += 1
+
+    # -- replicas -----------------------------------------------------------------------------
+
+    def _save(self, task: str, worker: str) -> None:
+        j = self.journal
+        if j is not None:
+            j.owners.setdefault(task, self.owners[task])
+            if worker not in j.tasks_of:
+                j.tasks_of[worker] = dict(self.tasks_of[worker])
+
+    def link(self, task: str, worker: str) -> None:
+        assert worker not in self.owners[task], f"{task} linked to {worker} twice"
+        self._save(task, worker)
+        owners = self.owners[task] = (*self.owners[task], worker)
+        if len(owners) == 1:
+            self.bare -= 1
+        self.tasks_of[worker][task] = None
+        self.load[worker] += self.cost[task]
+        self.touch(worker)
+        if len(owners) >= self.want_of(task):
+            self.pending.pop(task, None)
+        self.recheck(task)
+        self.version += 1
+
+    def unlink(self, task: str, worker: str) -> None:
+        self._save(task, worker)
+        owners = self.owners[task] = tuple(o for o in self.owners[task] if o != worker)
+        if not owners:
+            self.bare += 1
+        del self.tasks_of[worker][task]
+        load = self.load[worker] - self.cost[task]
+        self.load[worker] = load if load > EPS else 0.0
+        self.touch(worker)
+        if len(owners) < self.want_of(task):
+            self.pending[task] = None
+        self.recheck(task)
+        self.version += 1
+
+    def record(self, got: Got, diff: Diff, placed: list[str], r: int,
+               spread: bool = False) -> None:
+        """Book-keeping for replicas a strategy just added in round ``r`` (it updated owners
+        and loads: one more owner per task); ``spread``: every new owner is alone in its top
+        domain (so no task became crowded). ``pending`` is left for `settle`."""
+        tasks_of, add_many = self.tasks_of, diff.add_many
+        start = len(placed)  # ``placed`` gathers a whole round: this call's come after
+        j = self.journal
+        if j is not None:  # strategies changed owners and loads: `journal.begin` saved them
+            for w in got:
+                if w not in j.tasks_of:
+                    j.tasks_of[w] = dict(tasks_of[w])
+        if r == 0:
+            self.bare -= sum(map(len, got.values()))
+        if len(self.levels) > 1:
+            for w in got:  # loads changed behind the other needs' heaps
+                self.touch(w)
+        for w, tasks in got.items():
+            if len(tasks) == 1:  # the usual case after a death: one replica per worker
+                task = tasks[0]
+                tasks_of[w][task] = None
+                diff.add(w, task)
+                placed.append(task)
+            else:
+                tasks_of[w].update(dict.fromkeys(tasks))
+                add_many(w, tasks)
+                placed.extend(tasks)
+        if self.topo.zoned and r > 0 and not (spread and r == 1):  # one owner: never crowded
+            top, crowded, owners = self.top_of, self.crowded, self.owners
+            for t in placed[start:]:
+                o = owners[t]
+                if len(o) == 2 and top[o[0]] != top[o[1]] and t not in crowded:
+                    continue  # the usual case, decided without a set
+                self.recheck(t)
+        self.version += 1
+
+    def settle(self, short: set[str]) -> None:
+        """After a placing call (`record`): the pending tasks are now exactly those of
+        ``short`` (the ones a round could not give a replica), in their old order."""
+        self.pending = {t: None for t in self.pending if t in short} if short else {}
+
+
+def _count_down(counts: dict[K, int], key: K) -> int:
+    """One fewer of ``key``; gone at zero. Returns how many are left."""
+    n = counts.pop(key) - 1
+    if n:
+        counts[key] = n
+    return n

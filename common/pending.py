@@ -1,0 +1,83 @@
+"""Why a task is pending: one sentence per task, for `corralctl tasks` and the logs.
+
+A replica stays pending only when no worker may take it right now; the first of these that
+applies is the reason given, so an operator sees what to change:
+
+* ``no live worker has gpu=true`` — no open worker (eligible, max_load > 0) has the labels;
+* ``needs 3 replicas, only 2 live workers (with gpu=true)`` — fewer candidates than replicas;
+* ``excluded from 4 of the 5 live workers (...)`` — exclusions (after repeated failures) leave
+  too few;
+* ``no room for cost 2 on the 3 live workers (with gpu=true) that could take it`` — capacity.
+
+Workers on hold (starting, draining, lame duck) are not live here: they take nothing new.
+"""
+
+from __future__ import annotations
+
+from .ledger import Ledger
+from .shapes import NO_LABELS, Labels, describe
+from .strategies import EPS
+
+
+def reasons(book: Ledger) -> dict[str, str]:
+    out: dict[str, str] = {}
+    # Workers with room per (label need, cost): computed once for the many pending tasks that
+    # share a shape.
+    room: dict[tuple[Labels, float], list[str]] = {}
+    cap, load = book.cap, book.load
+    for task in book.pending:
+        need = book.need.get(task, NO_LABELS)
+        cost, owners = book.cost[task], book.owners[task]
+        live = book.open_for(need)
+        with_labels = f" with {describe(need)}" if need else ""
+        if not live:
+            out[task] = (f"no live worker has {describe(need)}" if need
+                         else "no live worker (none is eligible with max_load > 0)")
+            continue
+        want = book.want_of(task)
+        if len(live) < want:
+            out[task] = f"needs {want} replicas, only {len(live)} live workers{with_labels}"
+            continue
+        ex = book.excluded.get(task, {})
+        candidates = [w for w in live if w not in ex and w not in owners] if ex else None
+        if candidates is not None and len(candidates) + len(owners) < want:
+            banned = sum(1 for w in live if w in ex)
+            out[task] = f"excluded from {banned} of the {len(live)} live workers{with_labels}"
+            continue
+        fits = room.get((need, cost))
+        if fits is None:
+            fits = room[(need, cost)] = [w for w in live if load[w] + cost <= cap[w] + EPS]
+        n = len(candidates) if candidates is not None else len(live) - len(owners)
+        if any(w not in owners and w not in ex for w in fits):
+            out[task] = "fits now: waiting for the next placement"
+        else:
+            out[task] = (f"no room for cost {cost:g} on the {n} live workers{with_labels} "
+                         "that could take it")
+    return out
+
+
+def placeable(book: Ledger) -> bool:
+    """Would `place` change anything: does some pending replica fit on a worker that may take
+    it, or take the place of a replica of a task with two more owners (coverage before
+    redundancy)? Cheap when nothing is pending."""
+    cap, load, owners_of = book.cap, book.load, book.owners
+    room: dict[tuple[Labels, float], list[str]] = {}
+    most = max(book.replicas, max(book.want.values(), default=0))
+    for task in book.pending:
+        need, cost = book.need.get(task, NO_LABELS), book.cost[task]
+        fits = room.get((need, cost))
+        if fits is None:
+            fits = room[(need, cost)] = [w for w in book.open_for(need)
+                                         if load[w] + cost <= cap[w] + EPS]
+        owners, ex = owners_of[task], book.excluded.get(task, {})
+        if any(w not in owners and w not in ex for w in fits):
+            return True
+        k = len(owners)
+        if k + 2 <= most and any(
+            w not in owners and w not in ex and any(
+                len(owners_of[u]) >= k + 2 and load[w] - book.cost[u] + cost <= cap[w] + EPS
+                for u in book.tasks_of[w])
+            for w in book.open_for(need) if cap[w] >= cost - EPS
+        ):
+            return True
+    return False

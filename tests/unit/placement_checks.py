@@ -1,0 +1,254 @@
+"""What placement promises, checked by brute force through its public API only.
+
+These checkers do not share code with the placement modules: zone spread, degraded tasks and
+the balance criterion are computed here from scratch (see `common/placement.py` for the
+criterion and `common/zones.py` for spread), so a test using them checks the implementation
+against the written rules rather than against itself.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Iterable
+
+from corral.common.diff import Move
+from corral.common.placement import Mode, Placement
+
+EPS = 1e-6
+
+
+# -- zones, from scratch --------------------------------------------------------------------
+
+
+def domains(zone: str) -> list[str]:
+    parts = zone.split("/") if zone else [""]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def dom(zone: str, level: int) -> str:
+    d = domains(zone)
+    return d[min(level, len(d)) - 1]
+
+
+def depth(p: Placement) -> int:
+    return max((len(domains(p.zone(w))) for w in p.workers), default=1)
+
+
+def spread(zones: list[str], levels: int) -> tuple[tuple[int, ...], ...]:
+    """Per level, the replicas per domain, largest first, padded: smaller is better."""
+    out = []
+    for level in range(1, levels + 1):
+        counts = sorted(Counter(dom(z, level) for z in zones).values(), reverse=True)
+        out.append(tuple(counts) + (0,) * (len(zones) - len(counts)))
+    return tuple(out)
+
+
+def task_spread(p: Placement, task: str, owners: Iterable[str] | None = None
+                ) -> tuple[tuple[int, ...], ...]:
+    owners = p.owners(task) if owners is None else owners
+    return spread([p.zone(w) for w in owners], depth(p))
+
+
+def is_open(p: Placement, w: str) -> bool:
+    return p.mode(w) is Mode.ELIGIBLE and p.max_load(w) > 0
+
+
+def may_take(p: Placement, task: str, w: str) -> bool:
+    """w is open, has the task's labels, is not excluded from it and does not own it."""
+    need = p.shape(task).require
+    labels = p.labels(w)
+    return (is_open(p, w) and all(labels.get(k) == v for k, v in need.items())
+            and w not in p.excluded_from(task) and w not in p.owners(task))
+
+
+def has_room(p: Placement, task: str, w: str) -> bool:
+    return p.load(w) + p.tasks[task] <= p.max_load(w) + EPS
+
+
+def uneven_nodes(p: Placement, task: str) -> list[tuple[int, str | None, set[str], set[str]]]:
+    """(level, parent, fullest children, live children holding 2+ fewer) wherever the task's
+    replicas are split unevenly over the live children of a node."""
+    need = p.shape(task).require
+    live = [p.zone(w) for w in p.workers
+            if is_open(p, w) and all(p.labels(w).get(k) == v for k, v in need.items())]
+    zones = [p.zone(w) for w in p.owners(task)]
+    out = []
+    for level in range(1, depth(p) + 1):
+        counts: dict[str | None, Counter[str]] = {}
+        for z in zones:
+            parent = dom(z, level - 1) if level > 1 else None
+            counts.setdefault(parent, Counter())[dom(z, level)] += 1
+        for parent, cs in counts.items():
+            fullest = max(cs.values())
+            kids = {dom(z, level) for z in live if level == 1 or dom(z, level - 1) == parent}
+            low = {c for c in kids if cs.get(c, 0) <= fullest - 2}
+            if low:
+                out.append((level, parent, {c for c, n in cs.items() if n == fullest}, low))
+    return out
+
+
+def degraded(p: Placement, task: str) -> bool:
+    return bool(uneven_nodes(p, task))
+
+
+def repair(p: Placement, task: str, pinned: Collection[str] = ()) -> Move | None:
+    """A move that would repair a degraded task's spread, if one fits."""
+    if task in pinned:
+        return None
+    for level, parent, full, low in uneven_nodes(p, task):
+        sources = [o for o in p.owners(task) if is_open(p, o) and dom(p.zone(o), level) in full
+                   and (level == 1 or dom(p.zone(o), level - 1) == parent)]
+        targets = [w for w in p.workers if dom(p.zone(w), level) in low
+                   and may_take(p, task, w) and has_room(p, task, w)]
+        if sources and targets:
+            return Move(task, sources[0], targets[0])
+    return None
+
+
+# -- the criterion, by brute force ----------------------------------------------------------
+
+
+def useful_move(p: Placement, tolerance: float, pinned: Collection[str] = ()
+                ) -> tuple[Move, float] | None:
+    """A move the criterion says should still happen: its target, after taking the replica,
+    is still more than the tolerance below its source, and the task's spread does not
+    drop."""
+    levels = depth(p)
+    for a in p.workers:
+        if not is_open(p, a):
+            continue
+        ua = p.utilization(a)
+        for task in p.tasks_of(a):
+            if task in pinned:
+                continue
+            c = p.tasks[task]
+            others = [o for o in p.owners(task) if o != a]
+            before = spread([p.zone(o) for o in [*others, a]], levels)
+            for b in p.workers:
+                if b == a or not may_take(p, task, b) or not has_room(p, task, b):
+                    continue
+                if spread([p.zone(o) for o in [*others, b]], levels) > before:
+                    continue  # would lower the task's spread: not a move
+                gap = ua - (p.utilization(b) + c / p.max_load(b))
+                if gap > tolerance + EPS:
+                    return Move(task, a, b), gap
+    return None
+
+
+def check_balanced(p: Placement, tolerance: float, pinned: Collection[str] = ()) -> None:
+    found = useful_move(p, tolerance, pinned)
+    assert found is None, f"not at the fixed point: {found}"
+    for task in p.tasks:
+        fix = repair(p, task, pinned)
+        assert fix is None, f"{task} degraded and repairable: {fix}"
+    assert p.is_balanced(tolerance, pinned), "is_balanced disagrees with the brute force"
+
+
+# -- the books ------------------------------------------------------------------------------
+
+
+def check_books(p: Placement) -> None:
+    """Loads, owners, pending, exclusions, labels and capacity are consistent."""
+    workers = set(p.workers)
+    pending = p.pending()
+    loads = dict.fromkeys(workers, 0.0)
+    for task, cost in p.tasks.items():
+        owners = p.owners(task)
+        want = p.replicas_of(task)
+        need = p.shape(task).require
+        assert len(owners) == len(set(owners)), f"{task}: replicas not distinct: {owners}"
+        assert len(owners) <= want, f"{task}: {len(owners)} owners > {want}"
+        assert set(owners) <= workers, f"{task}: unknown owner in {owners}"
+        assert not set(owners) & set(p.excluded_from(task)), f"{task} on an excluded worker"
+        for w in owners:
+            loads[w] += cost
+            assert task in p.tasks_of(w)
+            assert all(p.labels(w).get(k) == v for k, v in need.items()), \
+                f"{task} requires {need} but runs on {w} with {p.labels(w)}"
+        if len(owners) < want:
+            assert pending.get(task) == want - len(owners), f"{task}: pending {pending}"
+        else:
+            assert task not in pending
+    assert set(pending) <= set(p.tasks)
+    for w in workers:
+        assert p.load(w) == loads[w] or abs(p.load(w) - loads[w]) < EPS, f"{w} load"
+        assert set(p.tasks_of(w)) <= set(p.tasks)
+        assert p.load(w) <= p.max_load(w) + EPS, f"{w} above max_load"
+
+
+def check_pending_fits_nowhere(p: Placement) -> None:
+    """After place(): a pending replica fits on no worker that may take it."""
+    for task in p.pending():
+        for w in p.workers:
+            assert not (may_take(p, task, w) and has_room(p, task, w)), \
+                f"{task} pending but fits on {w}"
+
+
+def check_coverage(p: Placement) -> None:
+    """Coverage before redundancy: no pending task with k owners would fit in place of one
+    replica of a task that has at least k + 2."""
+    for task in p.pending():
+        k, c = len(p.owners(task)), p.tasks[task]
+        for w in p.workers:
+            if not may_take(p, task, w):
+                continue
+            for u in p.tasks_of(w):
+                if len(p.owners(u)) >= k + 2:
+                    assert p.load(w) - p.tasks[u] + c > p.max_load(w) + EPS, \
+                        f"{task} ({k} owners) could displace {u} ({len(p.owners(u))}) on {w}"
+
+
+def check_once(moves: list[Move]) -> None:
+    """Within one convergence no replica moves twice (so no a -> b -> a either)."""
+    arrived: set[tuple[str, str]] = set()
+    for m in moves:
+        assert (m.task, m.source) not in arrived, f"{m.task} moved again from {m.source}"
+        arrived.add((m.task, m.target))
+
+
+def profile(p: Placement) -> list[float]:
+    return sorted(round(p.utilization(w), 9) for w in p.workers)
+
+
+def converge(p: Placement, tolerance: float, budget: int, pinned: Collection[str] = (),
+             light: bool = False) -> list[Move]:
+    """Place, then rebalance passes until the fixed point, checking every pass: within the
+    budget, one replica per task, pinned tasks untouched, no spread lowered, the diff says
+    what the moves say (``light``: only the budget and the one replica per task, for big
+    fleets)."""
+    p.place()
+    moves: list[Move] = []
+    while light:
+        diff, ms = p.rebalance(tolerance, budget, pinned)
+        assert len(ms) <= budget and len({m.task for m in ms}) == len(ms)
+        if not diff:
+            assert pinned or p.is_balanced(tolerance)
+            check_once(moves)
+            return moves
+        moves += ms
+    while True:
+        spreads = {t: task_spread(p, t) for t in p.tasks}
+        pending = p.pending()
+        diff, ms = p.rebalance(tolerance, budget, pinned)
+        assert len(ms) <= budget
+        assert len({m.task for m in ms}) == len(ms), "two replicas of a task in one pass"
+        assert not {m.task for m in ms} & set(pinned), "moved a pinned task"
+        moved = {(m.target, m.task) for m in ms}
+        for w, d in diff.workers.items():  # beside the moves, only pending replicas start
+            assert all((w, t) in moved or t in pending for t in d.add), (w, d)
+        for m in ms:
+            assert m.target in p.owners(m.task) and m.source not in p.owners(m.task)
+            assert m.task in diff.workers[m.target].add
+            assert m.task in diff.workers[m.source].remove
+            if m.task not in pending:
+                assert task_spread(p, m.task) <= spreads[m.task], f"{m} lowered the spread"
+        check_books(p)
+        if not diff:
+            break
+        moves += ms
+        assert len(moves) <= sum(len(p.owners(t)) for t in p.tasks), "a replica moved twice"
+    if not pinned:
+        assert p.is_balanced(tolerance), "no moves left but not balanced"
+    assert not p.planned_moves(tolerance, pinned) or pinned
+    check_once(moves)
+    return moves
