@@ -20,40 +20,42 @@ from .strategies import EPS
 
 
 def reasons(book: Ledger) -> dict[str, str]:
-    out: dict[str, str] = {}
+    """Every pending task -> why."""
     # Workers with room per (label need, cost): computed once for the many pending tasks that
     # share a shape.
     room: dict[tuple[Labels, float], list[str]] = {}
+    return {task: _reason(book, task, room) for task in book.pending}
+
+
+def reason(book: Ledger, task: str) -> str | None:
+    """Why ``task`` is pending (None when it is not): one task, for a look-up."""
+    return _reason(book, task, {}) if task in book.pending else None
+
+
+def _reason(book: Ledger, task: str, room: dict[tuple[Labels, float], list[str]]) -> str:
     cap, load = book.cap, book.load
-    for task in book.pending:
-        need = book.need.get(task, NO_LABELS)
-        cost, owners = book.cost[task], book.owners[task]
-        live = book.open_for(need)
-        with_labels = f" with {describe(need)}" if need else ""
-        if not live:
-            out[task] = (f"no live worker has {describe(need)}" if need
-                         else "no live worker (none is eligible with max_load > 0)")
-            continue
-        want = book.want_of(task)
-        if len(live) < want:
-            out[task] = f"needs {want} replicas, only {len(live)} live workers{with_labels}"
-            continue
-        ex = book.excluded.get(task, {})
-        candidates = [w for w in live if w not in ex and w not in owners] if ex else None
-        if candidates is not None and len(candidates) + len(owners) < want:
-            banned = sum(1 for w in live if w in ex)
-            out[task] = f"excluded from {banned} of the {len(live)} live workers{with_labels}"
-            continue
-        fits = room.get((need, cost))
-        if fits is None:
-            fits = room[(need, cost)] = [w for w in live if load[w] + cost <= cap[w] + EPS]
-        n = len(candidates) if candidates is not None else len(live) - len(owners)
-        if any(w not in owners and w not in ex for w in fits):
-            out[task] = "fits now: waiting for the next placement"
-        else:
-            out[task] = (f"no room for cost {cost:g} on the {n} live workers{with_labels} "
-                         "that could take it")
-    return out
+    need = book.need.get(task, NO_LABELS)
+    cost, owners = book.cost[task], book.owners[task]
+    live = book.open_for(need)
+    with_labels = f" with {describe(need)}" if need else ""
+    if not live:
+        return (f"no live worker has {describe(need)}" if need
+                else "no live worker (none is eligible with max_load > 0)")
+    want = book.want_of(task)
+    if len(live) < want:
+        return f"needs {want} replicas, only {len(live)} live workers{with_labels}"
+    ex = book.excluded.get(task, {})
+    candidates = [w for w in live if w not in ex and w not in owners] if ex else None
+    if candidates is not None and len(candidates) + len(owners) < want:
+        banned = sum(1 for w in live if w in ex)
+        return f"excluded from {banned} of the {len(live)} live workers{with_labels}"
+    fits = room.get((need, cost))
+    if fits is None:
+        fits = room[(need, cost)] = [w for w in live if load[w] + cost <= cap[w] + EPS]
+    n = len(candidates) if candidates is not None else len(live) - len(owners)
+    if any(w not in owners and w not in ex for w in fits):
+        return "fits now: waiting for the next placement"
+    return f"no room for cost {cost:g} on the {n} live workers{with_labels} that could take it"
 
 
 def placeable(book: Ledger) -> bool:

@@ -175,6 +175,10 @@ class Placement:
         """Each pending task -> one sentence saying why it is short (see `pending`)."""
         return pending.reasons(self.book)
 
+    def pending_reason(self, task: str) -> str | None:
+        """Why ``task`` is pending; None when it is not (one task: no O(pending) work)."""
+        return pending.reason(self.book, task)
+
     def degraded(self) -> list[str]:
         """The zone-degraded tasks, sorted (see `zones`)."""
         return sorted(self.book.degraded())

@@ -213,12 +213,8 @@ class Queries:
                         a.handoffs.old_owner(task), tuple(sorted(failing)), a.spec(task))
 
     def _pending_reason(self, task: str) -> str:
-        reasons = getattr(self._core.assigner.placement, "pending_reasons", None)
-        if reasons is not None:
-            why: str | None = reasons().get(task)
-            if why:
-                return why
-        return "no eligible worker has room for it"
+        why = self._core.assigner.placement.pending_reason(task)
+        return why or "no eligible worker has room for it"
 
     def failing_count(self) -> int:
         core = self._core
