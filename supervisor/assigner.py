@@ -32,8 +32,12 @@ from .records import WorkerRecord
 INCLUDE = "include"  # timer key tag: a task may go back to a worker it kept failing on
 
 
-def _shape(entry: TaskEntry) -> TaskShape:
-    """What placement needs of a task entry (its spec is the worker's business)."""
+def _shape(entry: TaskEntry) -> float | TaskShape:
+    """What placement needs of a task entry (its spec is the worker's business): the bare
+    cost for a plain task — a `TaskShape` validates, which at a million tasks costs seconds
+    the supervisor spends deaf to its workers."""
+    if entry.replicas is None and not entry.require:
+        return entry.cost
     return TaskShape(entry.cost, entry.replicas, entry.require)
 
 PLACED = "placed"  # the reason of a first placement (not a move)
@@ -56,6 +60,8 @@ class Assigner:
         self._diff = Diff()  # what the current event changes, per worker
         self._resets: dict[str, None] = {}  # workers that get their whole desired set
         self.respec: dict[str, None] = {}  # tasks whose spec changed in the current event
+        self._deferring = False  # inside a batch of reports (see `defer`)
+        self._place_due = False  # an arrival in this batch asked for a placement
 
     # -- the one answer to "what should it run" ------------------------------------------------
 
@@ -88,6 +94,27 @@ class Assigner:
     @property
     def pending_change(self) -> bool:
         return bool(self._diff.workers or self._resets)
+
+    def touches(self, worker: str) -> bool:
+        """Will the next flush send ``worker`` a set (which renews its lease too)?"""
+        return worker in self._diff.workers or worker in self._resets
+
+    def defer(self) -> None:
+        """A batch of reports starts: arrivals' placement waits for `place_deferred`."""
+        self._deferring = True
+
+    def place_deferred(self) -> None:
+        """The batch is over: place once what its arrivals asked for."""
+        self._deferring = False
+        if self._place_due:
+            self._place_due = False
+            self._place(PLACED)
+
+    def _place_soon(self) -> None:
+        if self._deferring:
+            self._place_due = True
+        else:
+            self._place(PLACED)
 
     def reset(self, worker: str) -> None:
         self._resets[worker] = None
@@ -131,7 +158,7 @@ class Assigner:
         if rec.status.state is not WorkerState.LAME_DUCK:
             for task in rec.status.running:
                 p.assign(task, rec.id)  # refused unless it is short, fits and is allowed
-        self._place(PLACED)
+        self._place_soon()
         if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
             self.drain(rec, now)
         self._resets[rec.id] = None
@@ -144,7 +171,7 @@ class Assigner:
         if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
             self.drain(rec, now)
         else:
-            self._place(PLACED)
+            self._place_soon()
 
     def gone(self, workers: list[str]) -> dict[str, int]:
         """These workers are gone (lease + margin of silence): their replicas move, placed

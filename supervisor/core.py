@@ -35,7 +35,9 @@ from .events import (
     Log,
     PeerGone,
     Report,
+    Reports,
     RoleChanged,
+    Stalled,
     Stop,
     TasksFetched,
     Tick,
@@ -86,6 +88,8 @@ class SupervisorCore:
     def handle(self, event: Event, now: float) -> list[Action]:
         if type(event) is Report:  # the hot path: one per worker message
             return self._report(event, now)
+        if type(event) is Reports:
+            return self._reports(event.reports, now)
         self.feed.at(now)
         match event:
             case Tick():
@@ -96,6 +100,12 @@ class SupervisorCore:
                 self._command(event, now)
             case RoleChanged(role=role):
                 self._role(role, now)
+            case Stalled(seconds=seconds):
+                self.registry.stalled(now)
+                self.counters.stalls += 1
+                self._out.append(Log("warning", "the supervisor was busy without reading "
+                                     "reports; silence counts from now", {"busy_s": round(
+                                         seconds, 3)}))
             case PeerGone(identity=identity):
                 rec = self.registry.peer_gone(identity, now)
                 if rec is not None:
@@ -103,6 +113,21 @@ class SupervisorCore:
             case _:
                 raise TypeError(f"not an event: {event!r}")
         return self._flush(now)
+
+    def _reports(self, reports: tuple[Report, ...], now: float) -> list[Action]:
+        """One batch: each report as on its own, but placement once at the end."""
+        out: list[Action] = []
+        assigner, report = self.assigner, self._report
+        assigner.defer()
+        try:
+            for ev in reports:
+                actions = report(ev, now)
+                if actions:
+                    out.extend(actions)
+        finally:
+            assigner.place_deferred()
+        out.extend(self._flush(now))
+        return out
 
     def next_deadline(self) -> float | None:
         """When the next `Tick` has something to do."""

@@ -23,6 +23,7 @@ class Counters:
     revivals: int = 0  # an inactive worker reported again
     duplicate_ids: int = 0  # second live processes refused for using a taken id
     lease_expiries: int = 0  # workers whose timeout fired
+    stalls: int = 0  # steps so long that silence was counted again from their end
     foreign_epochs: int = 0  # reports showing a newer epoch than ours while running
     assignment_events: int = 0
     tasks_moved: int = 0  # replicas started somewhere new

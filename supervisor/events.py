@@ -35,6 +35,15 @@ class Report(_Frozen, frozen=True):
     key_name: str | None = None
 
 
+class Reports(_Frozen, frozen=True):
+    """Every report the daemon read in one wake-up, handled as one batch: placement that
+    arrivals ask for (a worker joining or back, a capacity change) runs once, at the end —
+    after a stall, thousands of workers come back together, and placing pending replicas
+    once per arrival would cost O(pending) each."""
+
+    reports: tuple[Report, ...]
+
+
 class TasksFetched(_Frozen, frozen=True):
     """A task query ended, or a watching source saw a change: the list (task id -> entry),
     or None and why it failed. (A list equal to the last one is no event at all.)"""
@@ -67,7 +76,15 @@ class Tick(_Frozen, frozen=True):
     """Time passed: due timers fire, and a leader past its deadline stops acting."""
 
 
-Event = Report | TasksFetched | RoleChanged | Command | PeerGone | Tick
+class Stalled(_Frozen, frozen=True):
+    """The daemon spent ``seconds`` in one step without reading a report (a full placement
+    at a million tasks, a swapped-out process): reports sent meanwhile wait unread, so no
+    worker may count as silent for lease + margin from now."""
+
+    seconds: float
+
+
+Event = Report | Reports | TasksFetched | RoleChanged | Command | PeerGone | Tick | Stalled
 
 # -- actions -----------------------------------------------------------------------------------
 

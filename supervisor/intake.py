@@ -144,7 +144,7 @@ class Intake:
             self._assigner.update_mode(rec, now)
             self._converge.want(now)
         if not running:
-            if self._dispatch.renewal_due(rec, now) and not self._assigner.pending_change:
+            if self._dispatch.renewal_due(rec, now) and not self._assigner.touches(rec.id):
                 self._dispatch.renew(rec, now)
             return
         if st.failures:
@@ -156,9 +156,9 @@ class Intake:
             self._assigner.drain(rec, now)  # tasks that waited for another hand-off to end
         if in_flight or self._reconciler.needed(rec):
             self._reconciler.check(rec, now)
-        elif rec.active and digest is not None and not self._assigner.pending_change:
+        elif rec.active and digest is not None and not self._assigner.touches(rec.id):
             rec.digest = digest  # settled: the same report next time takes the fast path
-        if not self._assigner.pending_change and self._dispatch.renewal_due(rec, now):
+        if not self._assigner.touches(rec.id) and self._dispatch.renewal_due(rec, now):
             self._dispatch.renew(rec, now)
 
     def _joined(self, rec: WorkerRecord, now: float) -> None:

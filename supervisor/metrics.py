@@ -35,6 +35,7 @@ COUNTERS = {
     "duplicate_ids": "second live workers refused for using a taken id",
     "contested_ids": "second processes that reported under a live worker's id",
     "lease_expiries": "workers whose lease + margin passed in silence",
+    "stalls": "supervisor steps so long that worker silence counts again from their end",
     "assignment_events": "assignment events",
     "tasks_moved": "task replicas started somewhere new",
     "rebalance_moves": "replicas moved to balance the load (make-before-break)",

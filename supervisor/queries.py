@@ -27,6 +27,9 @@ class Countable(Protocol):
     def as_dict(self) -> Mapping[str, float]: ...
 
 
+OUTLOOK_MAX_AGE = 1.0  # seconds a status may show an older plan of a changing placement
+
+
 @dataclass(frozen=True)
 class WorkerView:
     id: str
@@ -74,6 +77,7 @@ class Queries:
         self._task_ids: tuple[int, list[str]] = (-1, [])
         self._map: MapVersions | None = None
         self._attached: list[Countable] = []
+        self._outlook: tuple[tuple[int, int], float, dict[str, Any]] | None = None
 
     # -- the supervisor -----------------------------------------------------------------------
 
@@ -113,12 +117,21 @@ class Queries:
             "zone_degraded": p.zone_degraded(),
         }
 
-    def outlook(self) -> dict[str, Any]:
+    def outlook(self, now: float) -> dict[str, Any]:
         """How far the placement is from balanced: the moves a full convergence still plans
-        (a dry run; at most the first 500 of a longer one) — for status, not for gauges."""
-        balanced, planned, degraded = self._core.assigner.outlook()
-        return {"criterion_met": balanced, "moves_planned": planned,
-                "zone_degraded": degraded}
+        (a dry run; at most the first 500 of a longer one) — for status, not for gauges.
+        Planning costs O(fleet): on a placement that changes all the time (a big fleet in
+        motion) the answer is at most `OUTLOOK_MAX_AGE` old, so a status poll cannot keep
+        the loop from reading reports."""
+        a = self._core.assigner
+        version = (a.placement.version, len(a.handoffs))  # hand-offs pin tasks
+        kept = self._outlook
+        if kept is not None and (kept[0] == version or now - kept[1] < OUTLOOK_MAX_AGE):
+            return kept[2]
+        balanced, planned, degraded = a.outlook()
+        look = {"criterion_met": balanced, "moves_planned": planned, "zone_degraded": degraded}
+        self._outlook = (version, now, look)
+        return look
 
     def events(self, cursor: int | None, limit: int) -> dict[str, Any]:
         return self._core.feed.after(cursor, limit)

@@ -50,6 +50,7 @@ class Registry:
         self._wheel = wheel
         self._counters = counters
         self._silence = silence  # lease + margin
+        self._heard_from = float("-inf")  # the end of the last stall: silence counts from it
         self._forget_after = forget_after
         self._contended: dict[bytes, str] = {}  # a contended id's holder's identity -> the id
         self.generation = 0  # moves when a worker id joins or is forgotten
@@ -185,8 +186,8 @@ class Registry:
         rec = self.records.get(worker)
         if rec is None or not rec.active:
             return None
-        due = rec.last_received + self._silence
-        if now < due:  # it reported since this was armed: re-arm from its last report
+        due = max(rec.last_received, self._heard_from) + self._silence
+        if now < due:  # it reported since this was armed (or we could not listen): re-arm
             self._wheel.schedule_timeout(worker, due)
             return None
         rec.active = False
@@ -196,6 +197,12 @@ class Registry:
         self._counters.lease_expiries += 1
         self._wheel.schedule_timeout((FORGET, worker), now + self._forget_after)
         return rec
+
+    def stalled(self, now: float) -> None:
+        """The supervisor could not read reports until ``now``: a worker's silence counts
+        from here, not from its last report read (later is always safe: its lease ran out
+        before, so nobody else gets its tasks any sooner than it stops them)."""
+        self._heard_from = now
 
     def forget(self, worker: str) -> None:
         rec = self.records.get(worker)

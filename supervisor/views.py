@@ -43,7 +43,7 @@ def status(q: Queries, now: float) -> dict[str, Any]:
         "workers_active": active,
         "workers_total": total,
         **q.placement_summary(),
-        **q.outlook(),
+        **q.outlook(now),
         "tasks_failing": q.failing_count(),
         "uptime_s": round(now - started_at, 3),
         **_ha(q),

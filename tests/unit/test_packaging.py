@@ -30,7 +30,8 @@ def test_every_subpackage_is_listed_in_pyproject() -> None:
         for init in (ROOT / folder).rglob("__init__.py"):
             rel = init.parent.relative_to(ROOT / folder)
             found.add(".".join([name, *rel.parts]))
-    assert found == listed
+    data_only = {"corral.dashboard.static"}  # files, no code: listed so setuptools ships it
+    assert found | data_only == listed
 
 
 def test_only_corral_names_are_importable(tmp_path: Path) -> None:

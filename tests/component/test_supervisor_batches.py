@@ -1,0 +1,83 @@
+"""Two defences of a big fleet, on the fake clock: reports handled as one batch place pending
+replicas once for all the workers arriving in it, and a step that kept the supervisor from
+reading (a stall) restarts every worker's silence clock, so no worker is declared dead for the
+supervisor's own pause."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from corral.supervisor.events import Report, Reports, Stalled
+
+from .fleet import Harness, ModelWorker, config
+
+
+def start(h: Harness, *workers: ModelWorker) -> None:
+    for w in workers:
+        h.add(w)
+    h.until(h.running)
+    h.step(1.0)
+
+
+def test_a_stall_restarts_the_silence_clock() -> None:
+    cfg = config(lease=4.0, lease_margin=1.0, tick=0.5)
+    h = Harness(cfg, {f"t{i}": 1.0 for i in range(6)})
+    a, b = ModelWorker("a"), ModelWorker("b")
+    start(h, a, b)
+    last = h.now  # a reported now, then falls silent
+    h.step(2.0, silent=(a,))
+    h.run(h.core.handle(Stalled(2.0), h.now))  # the supervisor could not read until now
+    stall_end = h.now
+    assert h.core.counters.stalls == 1
+    while h.now + 0.5 < stall_end + 5.0:
+        h.step(0.5, silent=(a,))
+        assert h.core.registry.get("a").active, (  # type: ignore[union-attr]
+            f"declared silent at {h.now}: within lease + margin of the stall's end")
+    assert h.now > last + 5.0  # without the stall it would have gone already
+    h.until(lambda: not h.core.registry.get("a").active,  # type: ignore[union-attr]
+            limit=2.0, silent=(a,))
+    assert h.core.counters.lease_expiries == 1
+    assert ("warning", "the supervisor was busy without reading reports; silence counts "
+            "from now") in h.logs
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_workers_back_in_one_batch_are_placed_once_and_within_capacity(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(6, 14)
+    caps = [rng.choice([3, 5, 8, 13]) for _ in range(n)]
+    tasks = {f"task-{i:03d}": float(rng.choice([1, 1, 1, 2])) for i in range(sum(caps) // 2)}
+    h = Harness(config(lease=4.0, lease_margin=1.0, tick=0.5, replicas=rng.choice([1, 2])),
+                tasks)
+    workers = [ModelWorker(f"w{i:02d}", max_load=c) for i, c in enumerate(caps)]
+    start(h, *workers)
+    # Most of the fleet falls silent, its replicas pile up as pending, then it comes back.
+    keep = workers[: max(2, n // 4)]
+    gone = tuple(w for w in workers if w not in keep)
+    h.until(lambda: all(not h.core.registry.get(w.id).active  # type: ignore[union-attr]
+                        for w in gone), silent=gone)
+    places: list[int] = []
+    placement = h.core.assigner.placement
+    real = placement.place
+
+    def counted() -> object:
+        places.append(len(placement.pending()))
+        return real()
+
+    monkeypatch.setattr(placement, "place", counted)
+    h.now += 0.5
+    batch = tuple(Report(w.identity, w.force_report(h.now)) for w in gone)
+    h.run(h.core.handle(Reports(batch), h.now))
+    assert len(places) == 1, f"placement ran {len(places)} times for one batch"
+    monkeypatch.undo()
+    p = h.core.assigner.placement
+    for w in workers:
+        load = sum(p.tasks[t] for t in p.tasks_of(w.id))
+        assert load <= w.max_load + 1e-9, (w.id, load, w.max_load)
+    # What fits is placed, and the workers end up running exactly their desired sets.
+    h.until(lambda: all(set(w.running) == set(p.tasks_of(w.id)) for w in workers), limit=20)
+    for task in p.pending():
+        assert p.pending_reason(task)
