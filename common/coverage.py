@@ -195,6 +195,8 @@ def _preempt(book: Ledger, diff: Diff) -> bool:
     """
     owners_of, cost = book.owners, book.cost
     most = max(book.replicas, max(book.want.values(), default=0))
+    if most < 2:  # nobody has two owners more than anyone: no scan of the pending tasks
+        return False
     short = [t for t in book.pending if len(owners_of[t]) + 2 <= most]
     if not short:
         return False

@@ -137,7 +137,7 @@ class Ledger:
         self._deg_dirty = {}
         return deg
 
-    def _changed_open(self) -> None:
+    def _refresh_open_set(self) -> None:
         self.open_version += 1
         self._open_for.clear()
         self._live.clear()
@@ -170,7 +170,7 @@ class Ledger:
         if topo.zoned:
             for t in self.owners:
                 self.recheck(t)
-        self._changed_open()
+        self._refresh_open_set()
 
     # -- workers ------------------------------------------------------------------------------
 
@@ -201,7 +201,7 @@ class Ledger:
                 self.open[worker] = None
             else:
                 del self.open[worker]
-            self._changed_open()
+            self._refresh_open_set()
         self.version += 1
 
     def drop_worker(self, worker: str) -> dict[str, None]:
@@ -234,7 +234,7 @@ class Ledger:
         if not _count_down(self.paths, path):
             self._retopologize()
         if was_open:
-            self._changed_open()
+            self._refresh_open_set()
         self.version += 1
         return tasks
 

@@ -171,6 +171,14 @@ class Placement:
         b = self.book
         return {t: b.want_of(t) - len(b.owners[t]) for t in b.pending}
 
+    def pending_count(self) -> int:
+        """How many tasks are short of replicas (O(1))."""
+        return len(self.book.pending)
+
+    def covered(self) -> int:
+        """How many tasks have at least one owner (O(1): the ledger counts the bare ones)."""
+        return len(self.book.cost) - self.book.bare
+
     def pending_reasons(self) -> dict[str, str]:
         """Each pending task -> one sentence saying why it is short (see `pending`)."""
         return pending.reasons(self.book)

@@ -106,8 +106,8 @@ class Queries:
         p = a.placement
         return {
             "tasks_total": len(p.tasks),
-            "tasks_assigned": sum(1 for t in p.tasks if p.owners(t)),
-            "tasks_pending": len(p.pending()),
+            "tasks_assigned": p.covered(),
+            "tasks_pending": p.pending_count(),
             "replicas": p.replicas,
             "strategy": p.strategy,
             "handoffs": len(a.handoffs),

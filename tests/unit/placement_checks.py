@@ -170,6 +170,8 @@ def check_books(p: Placement) -> None:
         else:
             assert task not in pending
     assert set(pending) <= set(p.tasks)
+    assert p.pending_count() == len(pending)
+    assert p.covered() == sum(1 for t in p.tasks if p.owners(t)), "the bare count drifted"
     for w in workers:
         assert p.load(w) == loads[w] or abs(p.load(w) - loads[w]) < EPS, f"{w} load"
         assert set(p.tasks_of(w)) <= set(p.tasks)
