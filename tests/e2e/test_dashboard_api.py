@@ -114,7 +114,9 @@ def test_a_restarted_supervisor_is_found_again_and_the_feed_resynchronised(
     procs: Procs, sup: Supervisor, fleet: Fleet,
 ) -> None:
     dash = Dashboard(procs, sup.control, False)
-    wait_until(lambda: dash.get("/api/state")["conn"]["ok"], what="following")
+    # connected (the feed answered) comes a moment before the first status: wait for both
+    wait_until(lambda: (s := dash.get("/api/state"))["conn"]["ok"] and s["status"],
+               what="following")
     epoch = dash.get("/api/state")["status"]["epoch"]
     sup.proc.stop()
     wait_until(lambda: not dash.get("/api/state")["conn"]["ok"], timeout=10,
