@@ -366,11 +366,6 @@ class Placement:
         `coverage`). A replica still pending afterwards fits on no worker that may take it."""
         return coverage.place(self.book, self.strategy)
 
-    def spread(self) -> float:
-        """max − min utilization over eligible workers (0 with fewer than two)."""
-        utils = [self.utilization(w) for w in self.eligible()]
-        return max(utils) - min(utils) if len(utils) > 1 else 0.0
-
     def rebalance(self, tolerance: float, budget: int, pinned: Container[str] = ()
                   ) -> tuple[Diff, list[Move]]:
         """One pass of the current convergence (see `convergence`): at most ``budget`` of its
