@@ -68,7 +68,7 @@ class Assigner:
     def desired(self, worker: str) -> Mapping[str, None]:
         """What ``worker`` should run: its placement, plus the tasks it keeps running until a
         new owner confirms them (make-before-break)."""
-        mine = self.placement.tasks_of(worker)
+        mine = self.placement.view.tasks_of(worker)
         releasing = self.handoffs.releasing(worker)
         return {**mine, **releasing} if releasing else mine
 
@@ -143,12 +143,13 @@ class Assigner:
         labels that changed (a new incarnation started elsewhere, or differently) make it a
         new worker to placement: its replicas move as for a leave, then it joins afresh."""
         p, st = self.placement, rec.status
-        if p.has_worker(rec.id) and (p.zone(rec.id) != st.zone
-                                     or p.labels(rec.id) != dict(st.labels)):
+        view = p.view
+        if view.has_worker(rec.id) and (view.zone(rec.id) != st.zone
+                                        or view.labels(rec.id) != dict(st.labels)):
             self.gone([rec.id])
         self._diff.merge(p.upsert_worker(rec.id, st.max_load, self.mode(rec), zone=st.zone,
                                          labels=st.labels))
-        rec.desired = p.tasks_of(rec.id)
+        rec.desired = view.tasks_of(rec.id)
 
     def admit(self, rec: WorkerRecord, now: float) -> None:
         """A worker joins (or comes back) while running: adopt what it runs that is short of
@@ -165,7 +166,7 @@ class Assigner:
 
     def update_mode(self, rec: WorkerRecord, now: float) -> None:
         """Its state, max load or drained flag changed."""
-        if not self.placement.has_worker(rec.id):
+        if not self.placement.view.has_worker(rec.id):
             return
         self._upsert(rec)
         if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
@@ -178,7 +179,7 @@ class Assigner:
         once for all of them. Returns how many each had."""
         had: dict[str, int] = {}
         for worker in workers:
-            had[worker] = len(self.placement.tasks_of(worker))
+            had[worker] = len(self.placement.view.tasks_of(worker))
             self.handoffs.forget_worker(worker)
             self.placement.remove_worker(worker)
         self._place("worker gone", source=workers[0] if len(workers) == 1 else None)
@@ -191,7 +192,7 @@ class Assigner:
         A task already in a hand-off stays until that one ends (at most replicas + 1 owners);
         the next report of the draining worker moves it then."""
         p, handoffs = self.placement, self.handoffs
-        for task in list(p.tasks_of(rec.id)):
+        for task in list(p.view.tasks_of(rec.id)):
             if task in handoffs:
                 continue
             p.unassign(task, rec.id)
@@ -210,10 +211,11 @@ class Assigner:
         if reason == PLACED:
             self._feed.add("placed", replicas=moved)
         elif self._feed.enabled:
+            cost = self.placement.view.tasks
             for w, d in diff.workers.items():
                 for task in d.add:
                     self._feed.add("move", task=task, to=w, source=source, reason=reason,
-                                   cost=self.placement.tasks.get(task))
+                                   cost=cost.get(task))
 
     # -- task lists ----------------------------------------------------------------------------
 
@@ -233,7 +235,7 @@ class Assigner:
             for task, token in rec.status.running.items():
                 if task in tasks:
                     claims.setdefault(task, []).append((rec.id, token))
-        kept, surplus = resolve_claims(claims, p.replicas_of)
+        kept, surplus = resolve_claims(claims, p.view.replicas_of)
         for task, ws in kept.items():
             for w in ws:
                 p.assign(task, w)
@@ -253,7 +255,7 @@ class Assigner:
     def apply(self, tasks: Mapping[str, TaskEntry]) -> tuple[int, int, int]:
         """A new task list while running: (added, removed, respecified)."""
         p, old = self.placement, self.entries
-        removed = [t for t in p.tasks if t not in tasks]
+        removed = [t for t in p.view.tasks if t not in tasks]
         added = {t: e for t, e in tasks.items() if t not in old}
         changed = [t for t, e in tasks.items() if t in old and old[t].spec != e.spec]
         reshaped = {t: _shape(e) for t, e in tasks.items()
@@ -269,7 +271,7 @@ class Assigner:
                     self._diff.remove(source, task)
         for task in changed:  # a new version: its owners restart it with the new spec
             self.respec[task] = None
-            for w in p.owners(task):
+            for w in p.view.owners(task):
                 self._diff.add(w, task)
             self._feed.add("respec", task=task)
         self._counters.spec_changes += len(changed)
@@ -290,7 +292,7 @@ class Assigner:
         if not waiting:
             return 0
         ended = 0
-        running, owners = rec.status.running, self.placement.owners
+        running, owners = rec.status.running, self.placement.view.owners
         for task in [t for t in waiting if t in running and rec.id in owners(t)]:
             del waiting[task]
             old = self.handoffs.release(task)
@@ -305,7 +307,7 @@ class Assigner:
         off that worker for --failure-cooldown."""
         moved = False
         for task, n in rec.status.failures.items():
-            if n >= self.config.max_failures and rec.id in self.placement.owners(task):
+            if n >= self.config.max_failures and rec.id in self.placement.view.owners(task):
                 self.placement.exclude(task, rec.id)
                 self._diff.remove(rec.id, task)
                 self._wheel.schedule_timeout((INCLUDE, task, rec.id),
@@ -348,11 +350,12 @@ class Assigner:
         if budget <= 0 or p.is_balanced(tol, handoffs.tasks):
             return 0, True
         diff, moves = p.rebalance(tol, budget, pinned=handoffs.tasks)
+        cost = p.view.tasks
         for m in moves:
             handoffs.start(m.task, m.source)
             diff.workers[m.source].remove.pop(m.task, None)  # the old owner stops it later
             self._feed.add("move", task=m.task, to=m.target, source=m.source,
-                           reason="rebalance", cost=p.tasks.get(m.task))
+                           reason="rebalance", cost=cost.get(m.task))
         self._diff.merge(diff)
         self._counters.tasks_moved += diff.moved()
         self._counters.rebalance_moves += len(moves)
@@ -362,4 +365,4 @@ class Assigner:
         """(balanced, moves a full convergence still plans, zone-degraded tasks)."""
         p, tol = self.placement, self.config.rebalance_tolerance
         look = p.outlook(tol, self.handoffs.tasks)
-        return look.balanced, look.planned_moves, p.zone_degraded()
+        return look.balanced, look.planned_moves, p.view.zone_degraded()

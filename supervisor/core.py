@@ -215,7 +215,7 @@ class SupervisorCore:
             self.wheel.schedule_poll(QUERY, interval, now + interval)
             self._out.append(Log("info", "running", {
                 "epoch": life.epoch, "tasks": len(tasks), "workers": self.registry.active,
-                "pending": self.assigner.placement.pending_count()}))
+                "pending": self.assigner.placement.view.pending_count()}))
             self.feed.add("running", tasks=len(tasks), workers=self.registry.active)
             self.converge.want(now)
         elif life.running:

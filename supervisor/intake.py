@@ -186,7 +186,7 @@ class Intake:
             "worker": rec.id, "incarnation": f"{rec.incarnation:x}"}))
         self._feed.add("restart", worker=rec.id, incarnation=f"{rec.incarnation:x}")
         self._notice_epochs(rec)
-        if self._life.running and self._assigner.placement.has_worker(rec.id):
+        if self._life.running and self._assigner.placement.view.has_worker(rec.id):
             self._assigner.update_mode(rec, now)  # the new process runs its desired set
             self._assigner.reset(rec.id)
         else:
