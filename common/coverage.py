@@ -144,7 +144,7 @@ def _groups(book: Ledger, batch: list[str]) -> list[tuple[tuple[float, Labels], 
 
 def _place_group(book: Ledger, strategy: str, group: list[str], cost: float, need: Labels,
                  r: int, diff: Diff, placed: list[str]) -> None:
-    workers = book.open_for(need)
+    workers = book.opens.for_need(need)
     if not workers:
         return
     zones = None
@@ -226,7 +226,7 @@ def _swap_in(book: Ledger, tasks: list[str], k: int, c: float, need: Labels,
         u = min(vs, key=lambda u: (-len(owners_of[u]), -cost[u], u))
         return ((load[w] - cost[u] + c) / cap[w], cap[w], rank[w], w, u)
 
-    heap = [e for e in map(slot, (w for w in book.open_for(need) if cap[w] >= c - EPS)) if e]
+    heap = [e for e in map(slot, (w for w in book.opens.for_need(need) if cap[w] >= c - EPS)) if e]
     heapq.heapify(heap)
     displaced = False
     for t in tasks:

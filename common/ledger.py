@@ -4,7 +4,9 @@
 keeping every derived figure right: a worker's load is the sum of its tasks' costs; a task is
 *pending* exactly while it has fewer owners than it wants; a task is *crowded* exactly while
 two of its owners share a top zone domain (only those can be zone-degraded, see `zones`);
-every change bumps ``version``. It never refuses anything: `Placement` checks first.
+every change bumps ``version``. It never refuses anything: `Placement` checks first. Which open
+workers have the labels a task needs, and their zone tree, are kept per need in ``opens``
+(`openindex`), told by the ledger whenever the open set, labels or topology change.
 
 The dicts are plain and shared by reference with the placing, rebalancing and pending-reason
 modules, which read them directly on hot paths. Iteration order never depends on ``hash()``
@@ -18,9 +20,10 @@ from typing import TypeVar
 
 from .diff import Diff
 from .journal import Snapshot
+from .openindex import OpenIndex
 from .shapes import NO_LABELS, Labels, describe
 from .strategies import EPS, Got, Owners, WaterLevel
-from .zones import LiveTree, Path, Topology, topology
+from .zones import Path, Topology, topology
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -28,10 +31,10 @@ K = TypeVar("K")
 
 class Ledger:
     __slots__ = (
-        "_deg_dirty", "_deg_seen", "_degraded", "_interned", "_live", "_open_for", "bare", "cap",
-        "cost", "costs", "crowded", "eligible", "excluded", "journal", "labels", "levels", "load",
-        "need", "open", "open_version", "owners", "path", "paths", "pending", "rank", "replicas",
-        "tasks_of", "top_of", "topo", "version", "want",
+        "_deg_dirty", "_deg_seen", "_degraded", "_interned", "bare", "cap", "cost", "costs",
+        "crowded", "eligible", "excluded", "journal", "labels", "levels", "load", "need", "open",
+        "opens", "owners", "path", "paths", "pending", "rank", "replicas", "tasks_of", "top_of",
+        "topo", "version", "want",
     )
 
     def __init__(self, replicas: int) -> None:
@@ -42,7 +45,7 @@ class Ledger:
         self.load: dict[str, float] = {}
         self.eligible: dict[str, bool] = {}  # mode: True = may take new replicas
         self.open: dict[str, None] = {}  # eligible and max_load > 0, in insertion order
-        self.open_version = 0  # bumps when `open` or its labels change (live trees, reasons)
+        self.opens = OpenIndex(self)  # per label need: the open workers, their live zone tree
         self.path: dict[str, Path] = {}
         # worker -> its zone and labels, as one string: orders break ties by it before names,
         # and unlabelled workers come first (scarce labelled ones stay free for tasks that
@@ -67,11 +70,9 @@ class Ledger:
         self.crowded: dict[str, None] = {}
         self.levels: dict[Labels, WaterLevel] = {}  # one water-filling heap per label need
         self._interned: dict[object, object] = {}  # costs, label sets and paths, shared
-        self._open_for: dict[Labels, dict[str, None]] = {}
-        self._live: dict[Labels, LiveTree] = {}
         self._degraded: dict[str, None] = {}
         self._deg_dirty: dict[str, None] = {}
-        self._deg_seen = -1  # open_version the degraded set was last fully computed for
+        self._deg_seen = -1  # opens.version the degraded set was last fully computed for
         self.journal: Snapshot | None = None  # set during a dry run (see `journal`)
 
     def intern(self, value: T) -> T:
@@ -100,47 +101,26 @@ class Ledger:
         need = self.need.get(task)
         return not need or need <= self.labels[worker]
 
-    def open_for(self, need: Labels) -> dict[str, None]:
-        """The open workers that have every label in ``need`` (insertion order)."""
-        if not need:
-            return self.open
-        got = self._open_for.get(need)
-        if got is None:
-            labels = self.labels
-            got = self._open_for[need] = {w: None for w in self.open if need <= labels[w]}
-        return got
-
-    def live_tree(self, need: Labels) -> LiveTree:
-        tree = self._live.get(need)
-        if tree is None:
-            paths = map(self.path.__getitem__, self.open_for(need))
-            tree = self._live[need] = LiveTree(self.topo, paths)
-        return tree
-
     def degraded(self) -> dict[str, None]:
         """The zone-degraded tasks (see `zones`), recomputed only for what changed."""
         if not self.topo.zoned:
             self._degraded.clear()
             return self._degraded
-        if self._deg_seen != self.open_version:
-            check, self._deg_seen = self.crowded, self.open_version
+        opens = self.opens
+        if self._deg_seen != opens.version:
+            check, self._deg_seen = self.crowded, opens.version
             self._degraded = {}
         else:
             check = self._deg_dirty
         path, owners, deg = self.path, self.owners, self._degraded
         for t in list(check):
             paths = [path[o] for o in owners[t]]
-            if t in self.crowded and self.live_tree(self.need_of(t)).degraded(paths):
+            if t in self.crowded and opens.tree(self.need_of(t)).degraded(paths):
                 deg[t] = None
             else:
                 deg.pop(t, None)
         self._deg_dirty = {}
         return deg
-
-    def _refresh_open_set(self) -> None:
-        self.open_version += 1
-        self._open_for.clear()
-        self._live.clear()
 
     def touch(self, worker: str) -> None:
         for level in self.levels.values():
@@ -170,7 +150,7 @@ class Ledger:
         if topo.zoned:
             for t in self.owners:
                 self.recheck(t)
-        self._refresh_open_set()
+        self.opens.changed()
 
     # -- workers ------------------------------------------------------------------------------
 
@@ -201,7 +181,7 @@ class Ledger:
                 self.open[worker] = None
             else:
                 del self.open[worker]
-            self._refresh_open_set()
+            self.opens.changed()
         self.version += 1
 
     def drop_worker(self, worker: str) -> dict[str, None]:
@@ -234,7 +214,7 @@ class Ledger:
         if not _count_down(self.paths, path):
             self._retopologize()
         if was_open:
-            self._refresh_open_set()
+            self.opens.changed()
         self.version += 1
         return tasks
 

@@ -36,7 +36,7 @@ def _reason(book: Ledger, task: str, room: dict[tuple[Labels, float], list[str]]
     cap, load = book.cap, book.load
     need = book.need.get(task, NO_LABELS)
     cost, owners = book.cost[task], book.owners[task]
-    live = book.open_for(need)
+    live = book.opens.for_need(need)
     with_labels = f" with {describe(need)}" if need else ""
     if not live:
         return (f"no live worker has {describe(need)}" if need
@@ -62,14 +62,14 @@ def placeable(book: Ledger) -> bool:
     """Would `place` change anything: does some pending replica fit on a worker that may take
     it, or take the place of a replica of a task with two more owners (coverage before
     redundancy)? Cheap when nothing is pending."""
-    cap, load, owners_of = book.cap, book.load, book.owners
+    cap, load, owners_of, for_need = book.cap, book.load, book.owners, book.opens.for_need
     room: dict[tuple[Labels, float], list[str]] = {}
     most = max(book.replicas, max(book.want.values(), default=0))
     for task in book.pending:
         need, cost = book.need.get(task, NO_LABELS), book.cost[task]
         fits = room.get((need, cost))
         if fits is None:
-            fits = room[(need, cost)] = [w for w in book.open_for(need)
+            fits = room[(need, cost)] = [w for w in for_need(need)
                                          if load[w] + cost <= cap[w] + EPS]
         owners, ex = owners_of[task], book.excluded.get(task, {})
         if any(w not in owners and w not in ex for w in fits):
@@ -79,7 +79,7 @@ def placeable(book: Ledger) -> bool:
             w not in owners and w not in ex and any(
                 len(owners_of[u]) >= k + 2 and load[w] - book.cost[u] + cost <= cap[w] + EPS
                 for u in book.tasks_of[w])
-            for w in book.open_for(need) if cap[w] >= cost - EPS
+            for w in for_need(need) if cap[w] >= cost - EPS
         ):
             return True
     return False

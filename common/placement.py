@@ -4,6 +4,8 @@
 change capacity or leave; tasks are added, reshaped or removed; pending replicas are placed; a
 rebalance pass is asked for. Each change returns a `Diff`: per worker, the tasks to add and to
 remove. The supervisor turns diffs into instruction sets; when workers act is its business.
+What it says about its workers and tasks — loads, owners, pending replicas and why — is
+read through ``placement.view`` (`placement_view`), which changes nothing.
 
 **Balanced** — the criterion every convergence ends at. The utilization of a worker is the
 summed cost of the replicas it holds ÷ its max_load. A *move* takes one replica of a task t
@@ -44,14 +46,15 @@ default; water-filling) and ``proportional`` (the supervisor seed's rule).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Container, Iterable, Mapping, Sequence
-from enum import StrEnum
+from collections.abc import Container, Iterable, Mapping
 
-from . import coverage, pending, rebalance, shapes
+from . import coverage, rebalance, shapes
 from .convergence import Convergence
 from .coverage import LEAST_UTILIZED, PROPORTIONAL, STRATEGIES
 from .diff import Diff, Move, WorkerDiff
 from .ledger import Ledger
+from .modes import Mode
+from .placement_view import PlacementView
 from .reshape import reshape
 from .shapes import NO_LABELS, Labels, TaskShape, describe
 from .strategies import EPS
@@ -59,22 +62,7 @@ from .verdicts import Assigned, Outlook
 from .zones import Topology, zone_path
 
 __all__ = ["LEAST_UTILIZED", "PROPORTIONAL", "STRATEGIES", "Assigned", "Mode", "Outlook",
-           "Placement", "TaskShape"]
-
-_NONE: dict[str, None] = {}
-
-
-class Mode(StrEnum):
-    """What placement may do with a worker.
-
-    eligible — keeps its tasks and takes new ones;
-    hold     — keeps its tasks, takes nothing new (starting, lame duck awaiting make-before-break,
-               drained by an operator, capacity unknown).
-    A worker that is gone (inactive, dead, evicted) is removed with `Placement.remove_worker`.
-    """
-
-    ELIGIBLE = "eligible"
-    HOLD = "hold"
+           "Placement", "PlacementView", "TaskShape"]
 
 
 Shape = float | TaskShape
@@ -101,8 +89,9 @@ class Placement:
         self.book = Ledger(replicas)  # the state; placement modules read it directly
         self.convergence = Convergence(strategy)  # the plan of the current convergence
         self._balanced: tuple[int, float, bool] | None = None
+        self.view = PlacementView(self.book)  # what it says about its workers and tasks
 
-    # -- queries -----------------------------------------------------------------------------
+    # -- the placement as a whole ------------------------------------------------------------
 
     @property
     def replicas(self) -> int:
@@ -114,89 +103,8 @@ class Placement:
         return self.book.version
 
     @property
-    def workers(self) -> list[str]:
-        return list(self.book.cap)
-
-    @property
-    def tasks(self) -> Mapping[str, float]:
-        """Task -> cost."""
-        return self.book.cost
-
-    @property
     def topology(self) -> Topology:
         return self.book.topo
-
-    def has_worker(self, worker: str) -> bool:
-        return worker in self.book.cap
-
-    def max_load(self, worker: str) -> float:
-        return self.book.cap[worker]
-
-    def mode(self, worker: str) -> Mode:
-        return Mode.ELIGIBLE if self.book.eligible[worker] else Mode.HOLD
-
-    def zone(self, worker: str) -> str:
-        return self.book.path[worker][-1]
-
-    def labels(self, worker: str) -> dict[str, str]:
-        return dict(sorted(self.book.labels[worker]))
-
-    def load(self, worker: str) -> float:
-        return self.book.load[worker]
-
-    def utilization(self, worker: str) -> float:
-        return self.book.util(worker)
-
-    def tasks_of(self, worker: str) -> Mapping[str, None]:
-        """The worker's tasks: a live, read-only view that stays the same object for as long
-        as the worker is known (the supervisor keeps it)."""
-        return self.book.tasks_of.get(worker, _NONE)
-
-    def owners(self, task: str) -> Sequence[str]:
-        """The workers that hold a replica of the task (a tuple; empty if none or unknown)."""
-        return self.book.owners.get(task, ())
-
-    def replicas_of(self, task: str) -> int:
-        return self.book.want_of(task)
-
-    def shape(self, task: str) -> TaskShape:
-        b = self.book
-        return TaskShape(b.cost[task], b.want.get(task), dict(b.need_of(task)))
-
-    def assignment(self) -> dict[str, list[str]]:
-        return {t: list(o) for t, o in self.book.owners.items()}
-
-    def pending(self) -> dict[str, int]:
-        """Tasks short of replicas -> how many replicas are missing."""
-        b = self.book
-        return {t: b.want_of(t) - len(b.owners[t]) for t in b.pending}
-
-    def pending_count(self) -> int:
-        """How many tasks are short of replicas (O(1))."""
-        return len(self.book.pending)
-
-    def covered(self) -> int:
-        """How many tasks have at least one owner (O(1): the ledger counts the bare ones)."""
-        return len(self.book.cost) - self.book.bare
-
-    def pending_reasons(self) -> dict[str, str]:
-        """Each pending task -> one sentence saying why it is short (see `pending`)."""
-        return pending.reasons(self.book)
-
-    def pending_reason(self, task: str) -> str | None:
-        """Why ``task`` is pending; None when it is not (one task: no O(pending) work)."""
-        return pending.reason(self.book, task)
-
-    def degraded(self) -> list[str]:
-        """The zone-degraded tasks, sorted (see `zones`)."""
-        return sorted(self.book.degraded())
-
-    def zone_degraded(self) -> int:
-        """How many tasks are zone-degraded (a gauge)."""
-        return len(self.book.degraded())
-
-    def eligible(self) -> list[str]:
-        return [w for w, e in self.book.eligible.items() if e]
 
     # -- workers -----------------------------------------------------------------------------
 
@@ -215,8 +123,8 @@ class Placement:
                          shapes.labels(labels))
         else:
             if zone is not None and zone_path(zone) != b.path[worker]:
-                raise ValueError(f"worker {worker!r}: its zone is fixed ({self.zone(worker)!r}); "
-                                 "remove it and add it again")
+                raise ValueError(f"worker {worker!r}: its zone is fixed "
+                                 f"({self.view.zone(worker)!r}); remove it and add it again")
             if labels is not None and shapes.labels(labels) != b.labels[worker]:
                 raise ValueError(f"worker {worker!r}: its labels are fixed "
                                  f"({describe(b.labels[worker])}); remove it and add it again")
@@ -351,25 +259,12 @@ class Placement:
                 del self.book.excluded[task]
             self.book.version += 1
 
-    def excluded(self) -> dict[str, list[str]]:
-        """Every exclusion, copied (for views)."""
-        return {t: list(ws) for t, ws in self.book.excluded.items()}
-
-    def excluded_from(self, task: str) -> Collection[str]:
-        """The workers ``task`` must not go to (a live, read-only view; cheap per task)."""
-        return self.book.excluded.get(task, _NONE)
-
     # -- placing and rebalancing -------------------------------------------------------------
 
     def place(self) -> Diff:
         """Place every pending replica that fits somewhere, coverage before redundancy (see
         `coverage`). A replica still pending afterwards fits on no worker that may take it."""
         return coverage.place(self.book, self.strategy)
-
-    def spread(self) -> float:
-        """max − min utilization over eligible workers (0 with fewer than two)."""
-        utils = [self.utilization(w) for w in self.eligible()]
-        return max(utils) - min(utils) if len(utils) > 1 else 0.0
 
     def rebalance(self, tolerance: float, budget: int, pinned: Container[str] = ()
                   ) -> tuple[Diff, list[Move]]:

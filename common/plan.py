@@ -54,4 +54,4 @@ def plan(
     for spec in specs:
         diff.merge(p.enforce_capacity(spec.id))
     diff.merge(p.place())
-    return Plan(p.assignment(), diff.compact(), p.pending())
+    return Plan(p.view.assignment(), diff.compact(), p.view.pending())

@@ -53,7 +53,7 @@ def repair(book: Ledger, task: str, room: Room, frozen: Container[tuple[str, str
            ) -> Move | None:
     """A move that improves the spread of a zone-degraded task, if one fits anywhere."""
     cost, owners, path, topo = book.cost[task], book.owners[task], book.path, book.topo
-    tree = book.live_tree(book.need_of(task))
+    tree = book.opens.tree(book.need_of(task))
     for node in tree.uneven([path[o] for o in owners]):
         lv = node.level
         low = [d for d in node.low if room.at(lv, d) >= cost - EPS]
@@ -74,7 +74,7 @@ def repair(book: Ledger, task: str, room: Room, frozen: Container[tuple[str, str
         others = [path[x] for x in owners if x != src]
         wanted = set(low)
         best, best_key = None, None
-        for w in book.open_for(book.need_of(task)):
+        for w in book.opens.for_need(book.need_of(task)):
             if domain(path[w], lv) not in wanted or not book.may_take(task, w):
                 continue
             c, lw = book.cap[w], book.load[w]

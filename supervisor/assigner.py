@@ -3,9 +3,9 @@
 It owns the desired assignment (`Placement`), the make-before-break hand-offs in flight, the
 task list with its specs, and the one answer to "what should this worker run" (`desired`:
 what placement gives it, plus what it still runs for a hand-off). Every change made while the
-core handles one event gathers in one `Diff` (and a set of workers that get their whole set
-as a reset); the core takes them (`take`) and the dispatcher turns them into instruction sets,
-at most one per worker per event.
+core handles one event gathers in ``changes`` (`Changes`: one `Diff`, and the workers that get
+their whole set as a reset); the core takes them at the event's end and the dispatcher turns
+them into instruction sets, at most one per worker per event.
 
 Moves and their reasons go to the change feed; nothing here does I/O or reads a clock.
 """
@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from corral.common.diff import Diff
 from corral.common.placement import Mode, Placement, TaskShape
 from corral.common.protocol import WorkerState
 from corral.common.reconcile import resolve_claims
 from corral.common.tasklist import TaskEntry
 from corral.common.timerwheel import TimerWheel
 
+from .changes import Changes
 from .config import SupervisorConfig
 from .counters import Counters
 from .events import Action, Log
@@ -57,9 +57,7 @@ class Assigner:
         self._counters = counters
         self._feed = feed
         self._out = out
-        self._diff = Diff()  # what the current event changes, per worker
-        self._resets: dict[str, None] = {}  # workers that get their whole desired set
-        self.respec: dict[str, None] = {}  # tasks whose spec changed in the current event
+        self.changes = Changes()  # what the current event changes (one for the assigner's life)
         self._deferring = False  # inside a batch of reports (see `defer`)
         self._place_due = False  # an arrival in this batch asked for a placement
 
@@ -68,7 +66,7 @@ class Assigner:
     def desired(self, worker: str) -> Mapping[str, None]:
         """What ``worker`` should run: its placement, plus the tasks it keeps running until a
         new owner confirms them (make-before-break)."""
-        mine = self.placement.tasks_of(worker)
+        mine = self.placement.view.tasks_of(worker)
         releasing = self.handoffs.releasing(worker)
         return {**mine, **releasing} if releasing else mine
 
@@ -76,28 +74,13 @@ class Assigner:
         entry = self.entries.get(task)
         return entry.spec if entry is not None else None
 
-    def take(self) -> tuple[Diff, dict[str, None], dict[str, None]]:
-        """What this event changed (per-worker diff, workers to reset, tasks whose spec
-        changed), and start over."""
-        out = self._diff, self._resets, self.respec
-        self._diff, self._resets, self.respec = Diff(), {}, {}
-        return out
-
     def clear(self) -> None:
         """Forget the assignment (demoted: the next leader decides)."""
         self.placement = Placement(self.config.replicas, self.config.strategy)
         self.handoffs = Handoffs()
         self.entries, self.listed = {}, False
         self.task_generation += 1
-        self._diff, self._resets, self.respec = Diff(), {}, {}
-
-    @property
-    def pending_change(self) -> bool:
-        return bool(self._diff.workers or self._resets)
-
-    def touches(self, worker: str) -> bool:
-        """Will the next flush send ``worker`` a set (which renews its lease too)?"""
-        return worker in self._diff.workers or worker in self._resets
+        self.changes.take()  # and what this event changed is not sent
 
     def defer(self) -> None:
         """A batch of reports starts: arrivals' placement waits for `place_deferred`."""
@@ -115,9 +98,6 @@ class Assigner:
             self._place_due = True
         else:
             self._place(PLACED)
-
-    def reset(self, worker: str) -> None:
-        self._resets[worker] = None
 
     def sent(self, worker: str, add: Iterable[str]) -> None:
         """``worker`` was told to run ``add``: a task coming back to the worker releasing it
@@ -143,12 +123,13 @@ class Assigner:
         labels that changed (a new incarnation started elsewhere, or differently) make it a
         new worker to placement: its replicas move as for a leave, then it joins afresh."""
         p, st = self.placement, rec.status
-        if p.has_worker(rec.id) and (p.zone(rec.id) != st.zone
-                                     or p.labels(rec.id) != dict(st.labels)):
+        view = p.view
+        if view.has_worker(rec.id) and (view.zone(rec.id) != st.zone
+                                        or view.labels(rec.id) != dict(st.labels)):
             self.gone([rec.id])
-        self._diff.merge(p.upsert_worker(rec.id, st.max_load, self.mode(rec), zone=st.zone,
-                                         labels=st.labels))
-        rec.desired = p.tasks_of(rec.id)
+        self.changes.diff.merge(p.upsert_worker(rec.id, st.max_load, self.mode(rec),
+                                                zone=st.zone, labels=st.labels))
+        rec.desired = view.tasks_of(rec.id)
 
     def admit(self, rec: WorkerRecord, now: float) -> None:
         """A worker joins (or comes back) while running: adopt what it runs that is short of
@@ -161,11 +142,11 @@ class Assigner:
         self._place_soon()
         if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
             self.drain(rec, now)
-        self._resets[rec.id] = None
+        self.changes.reset(rec.id)
 
     def update_mode(self, rec: WorkerRecord, now: float) -> None:
         """Its state, max load or drained flag changed."""
-        if not self.placement.has_worker(rec.id):
+        if not self.placement.view.has_worker(rec.id):
             return
         self._upsert(rec)
         if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
@@ -178,12 +159,12 @@ class Assigner:
         once for all of them. Returns how many each had."""
         had: dict[str, int] = {}
         for worker in workers:
-            had[worker] = len(self.placement.tasks_of(worker))
+            had[worker] = len(self.placement.view.tasks_of(worker))
             self.handoffs.forget_worker(worker)
             self.placement.remove_worker(worker)
         self._place("worker gone", source=workers[0] if len(workers) == 1 else None)
         for worker in workers:
-            self._diff.workers.pop(worker, None)
+            self.changes.diff.workers.pop(worker, None)
         return had
 
     def drain(self, rec: WorkerRecord, now: float) -> None:
@@ -191,7 +172,7 @@ class Assigner:
         A task already in a hand-off stays until that one ends (at most replicas + 1 owners);
         the next report of the draining worker moves it then."""
         p, handoffs = self.placement, self.handoffs
-        for task in list(p.tasks_of(rec.id)):
+        for task in list(p.view.tasks_of(rec.id)):
             if task in handoffs:
                 continue
             p.unassign(task, rec.id)
@@ -206,14 +187,15 @@ class Assigner:
             return
         moved = diff.moved()
         self._counters.tasks_moved += moved
-        self._diff.merge(diff)
+        self.changes.diff.merge(diff)
         if reason == PLACED:
             self._feed.add("placed", replicas=moved)
         elif self._feed.enabled:
+            cost = self.placement.view.tasks
             for w, d in diff.workers.items():
                 for task in d.add:
                     self._feed.add("move", task=task, to=w, source=source, reason=reason,
-                                   cost=self.placement.tasks.get(task))
+                                   cost=cost.get(task))
 
     # -- task lists ----------------------------------------------------------------------------
 
@@ -233,7 +215,7 @@ class Assigner:
             for task, token in rec.status.running.items():
                 if task in tasks:
                     claims.setdefault(task, []).append((rec.id, token))
-        kept, surplus = resolve_claims(claims, p.replicas_of)
+        kept, surplus = resolve_claims(claims, p.view.replicas_of)
         for task, ws in kept.items():
             for w in ws:
                 p.assign(task, w)
@@ -248,12 +230,12 @@ class Assigner:
                 self.drain(rec, now)
         self._place(PLACED)
         for rec in active:
-            self._resets[rec.id] = None
+            self.changes.reset(rec.id)
 
     def apply(self, tasks: Mapping[str, TaskEntry]) -> tuple[int, int, int]:
         """A new task list while running: (added, removed, respecified)."""
         p, old = self.placement, self.entries
-        removed = [t for t in p.tasks if t not in tasks]
+        removed = [t for t in p.view.tasks if t not in tasks]
         added = {t: e for t, e in tasks.items() if t not in old}
         changed = [t for t, e in tasks.items() if t in old and old[t].spec != e.spec]
         reshaped = {t: _shape(e) for t, e in tasks.items()
@@ -262,19 +244,19 @@ class Assigner:
         if removed or added:
             self.task_generation += 1
         if removed:
-            self._diff.merge(p.remove_tasks(removed))
+            self.changes.diff.merge(p.remove_tasks(removed))
             for task in removed:
                 source = self.handoffs.release(task)
                 if source is not None:
-                    self._diff.remove(source, task)
+                    self.changes.diff.remove(source, task)
         for task in changed:  # a new version: its owners restart it with the new spec
-            self.respec[task] = None
-            for w in p.owners(task):
-                self._diff.add(w, task)
+            self.changes.respec[task] = None
+            for w in p.view.owners(task):
+                self.changes.diff.add(w, task)
             self._feed.add("respec", task=task)
         self._counters.spec_changes += len(changed)
         if reshaped:  # cost, replicas or required labels: surplus or misfit replicas stop
-            self._diff.merge(p.upsert_tasks(reshaped))
+            self.changes.diff.merge(p.upsert_tasks(reshaped))
         if added:
             p.add_tasks({t: _shape(e) for t, e in added.items()})
         if added or reshaped:
@@ -290,13 +272,13 @@ class Assigner:
         if not waiting:
             return 0
         ended = 0
-        running, owners = rec.status.running, self.placement.owners
+        running, owners = rec.status.running, self.placement.view.owners
         for task in [t for t in waiting if t in running and rec.id in owners(t)]:
             del waiting[task]
             old = self.handoffs.release(task)
             ended += 1
             if old is not None and old != rec.id and old not in owners(task):
-                self._diff.remove(old, task)
+                self.changes.diff.remove(old, task)
                 self._feed.add("handoff", task=task, source=old, to=rec.id)
         return ended
 
@@ -305,9 +287,9 @@ class Assigner:
         off that worker for --failure-cooldown."""
         moved = False
         for task, n in rec.status.failures.items():
-            if n >= self.config.max_failures and rec.id in self.placement.owners(task):
+            if n >= self.config.max_failures and rec.id in self.placement.view.owners(task):
                 self.placement.exclude(task, rec.id)
-                self._diff.remove(rec.id, task)
+                self.changes.diff.remove(rec.id, task)
                 self._wheel.schedule_timeout((INCLUDE, task, rec.id),
                                              now + self.config.failure_cooldown)
                 self._counters.failures_moved += 1
@@ -329,12 +311,6 @@ class Assigner:
             return False
         return bool(self.placement.assign(task, rec.id))
 
-    def correct(self, worker: str, add: Iterable[str], remove: Iterable[str]) -> None:
-        for task in add:
-            self._diff.add(worker, task)
-        for task in remove:
-            self._diff.remove(worker, task)
-
     # -- convergence ---------------------------------------------------------------------------
 
     def rebalance(self) -> tuple[int, bool]:
@@ -348,12 +324,13 @@ class Assigner:
         if budget <= 0 or p.is_balanced(tol, handoffs.tasks):
             return 0, True
         diff, moves = p.rebalance(tol, budget, pinned=handoffs.tasks)
+        cost = p.view.tasks
         for m in moves:
             handoffs.start(m.task, m.source)
             diff.workers[m.source].remove.pop(m.task, None)  # the old owner stops it later
             self._feed.add("move", task=m.task, to=m.target, source=m.source,
-                           reason="rebalance", cost=p.tasks.get(m.task))
-        self._diff.merge(diff)
+                           reason="rebalance", cost=cost.get(m.task))
+        self.changes.diff.merge(diff)
         self._counters.tasks_moved += diff.moved()
         self._counters.rebalance_moves += len(moves)
         return len(moves), p.is_balanced(tol, handoffs.tasks)
@@ -362,4 +339,4 @@ class Assigner:
         """(balanced, moves a full convergence still plans, zone-degraded tasks)."""
         p, tol = self.placement, self.config.rebalance_tolerance
         look = p.outlook(tol, self.handoffs.tasks)
-        return look.balanced, look.planned_moves, p.zone_degraded()
+        return look.balanced, look.planned_moves, p.view.zone_degraded()

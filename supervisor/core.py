@@ -10,7 +10,8 @@ The core is a composition of parts with one job each, wired here and nowhere els
 
 * `Lifecycle` — phases, warm-up, epoch, HA role, the leader's deadline;
 * `Registry` — worker records, identities and incarnations, timeouts;
-* `Assigner` — placement and hand-offs in, one diff per event out; "what should it run";
+* `Assigner` — placement and hand-offs in, one diff per event out (its `Changes`, taken at
+  the event's end); "what should it run";
 * `Reconciler` — does a worker run what it should, did it get what was sent;
 * `Dispatch` — builds, numbers, tokens and sends instruction sets (only while leading);
 * `Feed` — the change feed; `Queries` (supervisor/queries.py) — the read-only views.
@@ -215,7 +216,7 @@ class SupervisorCore:
             self.wheel.schedule_poll(QUERY, interval, now + interval)
             self._out.append(Log("info", "running", {
                 "epoch": life.epoch, "tasks": len(tasks), "workers": self.registry.active,
-                "pending": self.assigner.placement.pending_count()}))
+                "pending": self.assigner.placement.view.pending_count()}))
             self.feed.add("running", tasks=len(tasks), workers=self.registry.active)
             self.converge.want(now)
         elif life.running:
@@ -280,9 +281,9 @@ class SupervisorCore:
     def _flush(self, now: float) -> list[Action]:
         """Everything this event decided, as actions: one instruction set per worker."""
         assigner = self.assigner
-        if assigner.pending_change:
+        if assigner.changes.waiting:
             self.counters.assignment_events += 1
-            diff, resets, respec = assigner.take()
+            diff, resets, respec = assigner.changes.take()
             changed = diff.compact()
             registry, send = self.registry, self.dispatch.send
             for w in {**resets, **dict.fromkeys(changed)}:

@@ -50,6 +50,7 @@ class Intake:
         self._life = life
         self._registry = registry
         self._assigner = assigner
+        self._changes = assigner.changes  # kept for the assigner's life
         self._reconciler = reconciler
         self._dispatch = dispatch
         self._converge = converge
@@ -144,7 +145,7 @@ class Intake:
             self._assigner.update_mode(rec, now)
             self._converge.want(now)
         if not running:
-            if self._dispatch.renewal_due(rec, now) and not self._assigner.touches(rec.id):
+            if self._dispatch.renewal_due(rec, now) and not self._changes.touches(rec.id):
                 self._dispatch.renew(rec, now)
             return
         if st.failures:
@@ -156,9 +157,9 @@ class Intake:
             self._assigner.drain(rec, now)  # tasks that waited for another hand-off to end
         if in_flight or self._reconciler.needed(rec):
             self._reconciler.check(rec, now)
-        elif rec.active and digest is not None and not self._assigner.touches(rec.id):
+        elif rec.active and digest is not None and not self._changes.touches(rec.id):
             rec.digest = digest  # settled: the same report next time takes the fast path
-        if not self._assigner.touches(rec.id) and self._dispatch.renewal_due(rec, now):
+        if not self._changes.touches(rec.id) and self._dispatch.renewal_due(rec, now):
             self._dispatch.renew(rec, now)
 
     def _joined(self, rec: WorkerRecord, now: float) -> None:
@@ -186,9 +187,9 @@ class Intake:
             "worker": rec.id, "incarnation": f"{rec.incarnation:x}"}))
         self._feed.add("restart", worker=rec.id, incarnation=f"{rec.incarnation:x}")
         self._notice_epochs(rec)
-        if self._life.running and self._assigner.placement.has_worker(rec.id):
+        if self._life.running and self._assigner.placement.view.has_worker(rec.id):
             self._assigner.update_mode(rec, now)  # the new process runs its desired set
-            self._assigner.reset(rec.id)
+            self._changes.reset(rec.id)
         else:
             self._up(rec, now)
 

@@ -104,17 +104,18 @@ class Queries:
         core = self._core
         a = core.assigner
         p = a.placement
+        view = p.view
         return {
-            "tasks_total": len(p.tasks),
-            "tasks_assigned": p.covered(),
-            "tasks_pending": p.pending_count(),
+            "tasks_total": len(view.tasks),
+            "tasks_assigned": view.covered(),
+            "tasks_pending": view.pending_count(),
             "replicas": p.replicas,
             "strategy": p.strategy,
             "handoffs": len(a.handoffs),
             "version": p.version,
             "balanced": core.converge.balanced,
             "rebalance_moves": core.counters.rebalance_moves,
-            "zone_degraded": p.zone_degraded(),
+            "zone_degraded": view.zone_degraded(),
         }
 
     def outlook(self, now: float) -> dict[str, Any]:
@@ -169,13 +170,13 @@ class Queries:
 
     def _view(self, rec: WorkerRecord) -> WorkerView:
         st, a = rec.status, self._core.assigner
-        cost = a.placement.tasks
+        cost = a.placement.view.tasks
         # An inactive worker's last report is stale: its lease is gone, so is its load.
         running = sum(cost.get(t, 1.0) for t in st.running) if rec.active else 0.0
         return WorkerView(
             rec.id, st.serve or rec.identity.decode("utf-8", "replace"), rec.display_state,
             rec.active, rec.drained, st.max_load, running,
-            len(a.placement.tasks_of(rec.id)), rec.last_received, rec.incarnation,
+            len(a.placement.view.tasks_of(rec.id)), rec.last_received, rec.incarnation,
             st.lease_held, tuple(sorted(st.failures)), rec.conflict, st.zone, st.labels,
             st.utilization, st.qps, st.errors, rec.contender is not None)
 
@@ -186,11 +187,11 @@ class Queries:
         """Task ids in order; only ``worker``'s, only those starting with ``prefix``."""
         a = self._core.assigner
         if worker is not None:
-            ids: list[str] = sorted(a.placement.tasks_of(worker))
+            ids: list[str] = sorted(a.placement.view.tasks_of(worker))
         else:
             gen, ids = self._task_ids
             if gen != a.task_generation:
-                ids = sorted(a.placement.tasks)
+                ids = sorted(a.placement.view.tasks)
                 self._task_ids = (a.task_generation, ids)
         lo = 0
         if prefix:
@@ -205,13 +206,13 @@ class Queries:
     def task(self, task: str) -> TaskView | None:
         core = self._core
         a = core.assigner
-        p = a.placement
-        cost = p.tasks.get(task)
+        view = a.placement.view
+        cost = view.tasks.get(task)
         if cost is None:
             return None
-        owners = tuple(p.owners(task))
+        owners = tuple(view.owners(task))
         tokens: dict[str, int] = {}
-        failing: list[str] = list(p.excluded_from(task))
+        failing: list[str] = list(view.excluded_from(task))
         for w in owners:
             rec = core.registry.get(w)
             if rec is not None:
@@ -220,18 +221,18 @@ class Queries:
                     tokens[w] = token
                 if task in rec.status.failures and w not in failing:
                     failing.append(w)
-        missing = p.replicas_of(task) - len(owners)
+        missing = view.replicas_of(task) - len(owners)
         return TaskView(task, cost, owners, tokens, max(missing, 0),
                         self._pending_reason(task) if missing > 0 else None,
                         a.handoffs.old_owner(task), tuple(sorted(failing)), a.spec(task))
 
     def _pending_reason(self, task: str) -> str:
-        why = self._core.assigner.placement.pending_reason(task)
+        why = self._core.assigner.placement.view.pending_reason(task)
         return why or "no eligible worker has room for it"
 
     def failing_count(self) -> int:
         core = self._core
-        failing = set(core.assigner.placement.excluded())
+        failing = set(core.assigner.placement.view.excluded())
         for rec in core.registry:
             if rec.active:
                 failing.update(rec.status.failures)
@@ -243,10 +244,10 @@ class Queries:
                 if after is None or t > after)
 
     def owners(self, task: str) -> tuple[str, ...]:
-        return tuple(self._core.assigner.placement.owners(task))
+        return tuple(self._core.assigner.placement.view.owners(task))
 
     def pending(self) -> list[str]:
-        return sorted(self._core.assigner.placement.pending())
+        return sorted(self._core.assigner.placement.view.pending())
 
     # -- the routing map ----------------------------------------------------------------------
 
@@ -276,10 +277,11 @@ class Queries:
             if rec.active and st.serve:
                 workers[rec.id] = WorkerEntry(st.serve, st.state.value)
                 running[rec.id] = st.running
-        p, handoffs = core.assigner.placement, core.assigner.handoffs
+        view, handoffs = core.assigner.placement.view, core.assigner.handoffs
+        owners_of = view.owners
         tasks: dict[str, tuple[str, ...]] = {}
-        for task in p.tasks:
-            owners = p.owners(task)
+        for task in view.tasks:
+            owners = owners_of(task)
             old = handoffs.old_owner(task) if handoffs.tasks else None
             if old is not None and old not in owners:
                 owners = [*owners, old]

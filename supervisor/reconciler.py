@@ -35,6 +35,7 @@ class Reconciler:
         self._cap = 16 * self.first_wait
         self._counters = counters
         self._assigner = assigner
+        self._changes = assigner.changes  # kept for the assigner's life
         self._life = life
 
     def needed(self, rec: WorkerRecord) -> bool:
@@ -54,7 +55,7 @@ class Reconciler:
                     # not answer each one with yet another set.
                     self._counters.resends += 1
                     rec.resend_wait = min(rec.resend_wait * 2, self._cap)
-                    self._assigner.reset(rec.id)
+                    self._changes.reset(rec.id)
                 return
         rec.resend_wait = self.first_wait  # everything sent was applied (or nothing was sent)
         desired = self._assigner.desired(rec.id)
@@ -73,6 +74,6 @@ class Reconciler:
         add = [t for t in fix.add if t not in releasing]
         remove = [t for t in fix.remove if not self._assigner.adopt(rec, t)]
         self._counters.reconciliations += 1
-        self._assigner.correct(rec.id, add, remove)
+        self._changes.correct(rec.id, add, remove)
         rec.mismatch_since = None
 

@@ -67,9 +67,9 @@ def run_corral(tasks: list[str], caps: dict[str, float], strategy: str) -> dict[
         return p
 
     p, full = timed(build)
-    mom = max_over_mean(p.assignment(), caps)
+    mom = max_over_mean(p.view.assignment(), caps)
     leaver = sorted(caps)[len(caps) // 2]
-    departed = len(p.tasks_of(leaver))
+    departed = len(p.view.tasks_of(leaver))
     p.remove_worker(leaver)
     moved_leave = p.place().moved()
     p2 = build()
@@ -141,16 +141,16 @@ def deaths(p: Placement, victims: list[str]) -> list[float]:
         p.remove_worker(victim)
         diff = p.place()
         times.append(time.perf_counter() - t)
-        assert not p.pending() and diff.moved() > 0
+        assert not p.view.pending() and diff.moved() > 0
     return times
 
 
 def join(p: Placement) -> dict[str, Any]:
     """A worker of the largest max load joins; all passes to the fixed point, timed."""
-    big = max(p.max_load(w) for w in p.workers)
+    big = max(p.view.max_load(w) for w in p.view.workers)
     p.upsert_worker("joiner", big)
-    placed = sum(len(p.owners(t)) for t in p.tasks)
-    fair = placed * big / sum(p.max_load(w) for w in p.workers)
+    placed = sum(len(p.view.owners(t)) for t in p.view.tasks)
+    fair = placed * big / sum(p.view.max_load(w) for w in p.view.workers)
     (moves, passes), took = timed(lambda: converge(p))
     assert p.is_balanced(0.0)
     return {"join_converge_s": took, "join_moves": moves, "join_passes": passes,
@@ -172,8 +172,8 @@ def run_large(ntasks: int, nworkers: int, replicas: int, deaths_n: int, seed: in
            "deaths_measured": deaths_n}
     converge(p)  # the deaths left it balanced already; nothing to do here
     out.update(join(p))
-    leaver = sorted(p.workers)[len(p.workers) // 3]
-    departed = len(p.tasks_of(leaver))
+    leaver = sorted(p.view.workers)[len(p.view.workers) // 3]
+    departed = len(p.view.tasks_of(leaver))
     p.remove_worker(leaver)
     placed = p.place().moved()
     moves, _ = converge(p)
@@ -192,9 +192,9 @@ def run_zones(ntasks: int, nworkers: int, zones: int, seed: int) -> dict[str, An
     p.add_tasks({f"task-{i:06d}": TaskShape(require=gpu) if i % 20 == 0 else 1.0
                  for i in range(ntasks)})
     _, full = timed(p.place)
-    degraded_full = p.zone_degraded()
-    dead = [w for w in caps if p.zone(w) == "zone-3"]
-    gone = {w: p.labels(w) for w in dead}
+    degraded_full = p.view.zone_degraded()
+    dead = [w for w in caps if p.view.zone(w) == "zone-3"]
+    gone = {w: p.view.labels(w) for w in dead}
 
     def zone_death() -> None:
         for w in dead:
@@ -204,13 +204,13 @@ def run_zones(ntasks: int, nworkers: int, zones: int, seed: int) -> dict[str, An
     _, death = timed(zone_death)
     out = {"tasks": ntasks, "workers": nworkers, "zones": zones, "replicas": 2,
            "full_s": full, "degraded_after_full": degraded_full, "zone_death_s": death,
-           "zone_workers_lost": len(dead), "degraded_after_zone_death": p.zone_degraded(),
-           "pending_after_zone_death": len(p.pending())}
+           "zone_workers_lost": len(dead), "degraded_after_zone_death": p.view.zone_degraded(),
+           "pending_after_zone_death": len(p.view.pending())}
     for w, labels in gone.items():
         p.upsert_worker(w, caps[w], zone="zone-3", labels=labels)
     (moves, _), took = timed(lambda: converge(p))
     out.update({"zone_return_converge_s": took, "zone_return_moves": moves,
-                "degraded_after_zone_return": p.zone_degraded()})
+                "degraded_after_zone_return": p.view.zone_degraded()})
     return out
 
 

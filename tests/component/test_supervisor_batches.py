@@ -64,7 +64,7 @@ def test_workers_back_in_one_batch_are_placed_once_and_within_capacity(
     real = placement.place
 
     def counted() -> object:
-        places.append(len(placement.pending()))
+        places.append(len(placement.view.pending()))
         return real()
 
     monkeypatch.setattr(placement, "place", counted)
@@ -75,9 +75,9 @@ def test_workers_back_in_one_batch_are_placed_once_and_within_capacity(
     monkeypatch.undo()
     p = h.core.assigner.placement
     for w in workers:
-        load = sum(p.tasks[t] for t in p.tasks_of(w.id))
+        load = sum(p.view.tasks[t] for t in p.view.tasks_of(w.id))
         assert load <= w.max_load + 1e-9, (w.id, load, w.max_load)
     # What fits is placed, and the workers end up running exactly their desired sets.
-    h.until(lambda: all(set(w.running) == set(p.tasks_of(w.id)) for w in workers), limit=20)
-    for task in p.pending():
-        assert p.pending_reason(task)
+    h.until(lambda: all(set(w.running) == set(p.view.tasks_of(w.id)) for w in workers), limit=20)
+    for task in p.view.pending():
+        assert p.view.pending_reason(task)

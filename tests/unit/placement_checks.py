@@ -31,7 +31,7 @@ def dom(zone: str, level: int) -> str:
 
 
 def depth(p: Placement) -> int:
-    return max((len(domains(p.zone(w))) for w in p.workers), default=1)
+    return max((len(domains(p.view.zone(w))) for w in p.view.workers), default=1)
 
 
 def spread(zones: list[str], levels: int) -> tuple[tuple[int, ...], ...]:
@@ -45,33 +45,33 @@ def spread(zones: list[str], levels: int) -> tuple[tuple[int, ...], ...]:
 
 def task_spread(p: Placement, task: str, owners: Iterable[str] | None = None
                 ) -> tuple[tuple[int, ...], ...]:
-    owners = p.owners(task) if owners is None else owners
-    return spread([p.zone(w) for w in owners], depth(p))
+    owners = p.view.owners(task) if owners is None else owners
+    return spread([p.view.zone(w) for w in owners], depth(p))
 
 
 def is_open(p: Placement, w: str) -> bool:
-    return p.mode(w) is Mode.ELIGIBLE and p.max_load(w) > 0
+    return p.view.mode(w) is Mode.ELIGIBLE and p.view.max_load(w) > 0
 
 
 def may_take(p: Placement, task: str, w: str) -> bool:
     """w is open, has the task's labels, is not excluded from it and does not own it."""
-    need = p.shape(task).require
-    labels = p.labels(w)
+    need = p.view.shape(task).require
+    labels = p.view.labels(w)
     return (is_open(p, w) and all(labels.get(k) == v for k, v in need.items())
-            and w not in p.excluded_from(task) and w not in p.owners(task))
+            and w not in p.view.excluded_from(task) and w not in p.view.owners(task))
 
 
 def has_room(p: Placement, task: str, w: str) -> bool:
-    return p.load(w) + p.tasks[task] <= p.max_load(w) + EPS
+    return p.view.load(w) + p.view.tasks[task] <= p.view.max_load(w) + EPS
 
 
 def uneven_nodes(p: Placement, task: str) -> list[tuple[int, str | None, set[str], set[str]]]:
     """(level, parent, fullest children, live children holding 2+ fewer) wherever the task's
     replicas are split unevenly over the live children of a node."""
-    need = p.shape(task).require
-    live = [p.zone(w) for w in p.workers
-            if is_open(p, w) and all(p.labels(w).get(k) == v for k, v in need.items())]
-    zones = [p.zone(w) for w in p.owners(task)]
+    need = p.view.shape(task).require
+    live = [p.view.zone(w) for w in p.view.workers
+            if is_open(p, w) and all(p.view.labels(w).get(k) == v for k, v in need.items())]
+    zones = [p.view.zone(w) for w in p.view.owners(task)]
     out = []
     for level in range(1, depth(p) + 1):
         counts: dict[str | None, Counter[str]] = {}
@@ -95,10 +95,12 @@ def repair(p: Placement, task: str, pinned: Collection[str] = ()) -> Move | None
     """A move that would repair a degraded task's spread, if one fits."""
     if task in pinned:
         return None
+    view = p.view
     for level, parent, full, low in uneven_nodes(p, task):
-        sources = [o for o in p.owners(task) if is_open(p, o) and dom(p.zone(o), level) in full
-                   and (level == 1 or dom(p.zone(o), level - 1) == parent)]
-        targets = [w for w in p.workers if dom(p.zone(w), level) in low
+        sources = [o for o in view.owners(task)
+                   if is_open(p, o) and dom(view.zone(o), level) in full
+                   and (level == 1 or dom(view.zone(o), level - 1) == parent)]
+        targets = [w for w in view.workers if dom(view.zone(w), level) in low
                    and may_take(p, task, w) and has_room(p, task, w)]
         if sources and targets:
             return Move(task, sources[0], targets[0])
@@ -114,22 +116,22 @@ def useful_move(p: Placement, tolerance: float, pinned: Collection[str] = ()
     is still more than the tolerance below its source, and the task's spread does not
     drop."""
     levels = depth(p)
-    for a in p.workers:
+    for a in p.view.workers:
         if not is_open(p, a):
             continue
-        ua = p.utilization(a)
-        for task in p.tasks_of(a):
+        ua = p.view.utilization(a)
+        for task in p.view.tasks_of(a):
             if task in pinned:
                 continue
-            c = p.tasks[task]
-            others = [o for o in p.owners(task) if o != a]
-            before = spread([p.zone(o) for o in [*others, a]], levels)
-            for b in p.workers:
+            c = p.view.tasks[task]
+            others = [o for o in p.view.owners(task) if o != a]
+            before = spread([p.view.zone(o) for o in [*others, a]], levels)
+            for b in p.view.workers:
                 if b == a or not may_take(p, task, b) or not has_room(p, task, b):
                     continue
-                if spread([p.zone(o) for o in [*others, b]], levels) > before:
+                if spread([p.view.zone(o) for o in [*others, b]], levels) > before:
                     continue  # would lower the task's spread: not a move
-                gap = ua - (p.utilization(b) + c / p.max_load(b))
+                gap = ua - (p.view.utilization(b) + c / p.view.max_load(b))
                 if gap > tolerance + EPS:
                     return Move(task, a, b), gap
     return None
@@ -138,7 +140,7 @@ def useful_move(p: Placement, tolerance: float, pinned: Collection[str] = ()
 def check_balanced(p: Placement, tolerance: float, pinned: Collection[str] = ()) -> None:
     found = useful_move(p, tolerance, pinned)
     assert found is None, f"not at the fixed point: {found}"
-    for task in p.tasks:
+    for task in p.view.tasks:
         fix = repair(p, task, pinned)
         assert fix is None, f"{task} degraded and repairable: {fix}"
     assert p.is_balanced(tolerance, pinned), "is_balanced disagrees with the brute force"
@@ -149,39 +151,40 @@ def check_balanced(p: Placement, tolerance: float, pinned: Collection[str] = ())
 
 def check_books(p: Placement) -> None:
     """Loads, owners, pending, exclusions, labels and capacity are consistent."""
-    workers = set(p.workers)
-    pending = p.pending()
+    view = p.view
+    workers = set(view.workers)
+    pending = view.pending()
     loads = dict.fromkeys(workers, 0.0)
-    for task, cost in p.tasks.items():
-        owners = p.owners(task)
-        want = p.replicas_of(task)
-        need = p.shape(task).require
+    for task, cost in view.tasks.items():
+        owners = view.owners(task)
+        want = view.replicas_of(task)
+        need = view.shape(task).require
         assert len(owners) == len(set(owners)), f"{task}: replicas not distinct: {owners}"
         assert len(owners) <= want, f"{task}: {len(owners)} owners > {want}"
         assert set(owners) <= workers, f"{task}: unknown owner in {owners}"
-        assert not set(owners) & set(p.excluded_from(task)), f"{task} on an excluded worker"
+        assert not set(owners) & set(view.excluded_from(task)), f"{task} on an excluded worker"
         for w in owners:
             loads[w] += cost
-            assert task in p.tasks_of(w)
-            assert all(p.labels(w).get(k) == v for k, v in need.items()), \
-                f"{task} requires {need} but runs on {w} with {p.labels(w)}"
+            assert task in view.tasks_of(w)
+            assert all(view.labels(w).get(k) == v for k, v in need.items()), \
+                f"{task} requires {need} but runs on {w} with {view.labels(w)}"
         if len(owners) < want:
             assert pending.get(task) == want - len(owners), f"{task}: pending {pending}"
         else:
             assert task not in pending
-    assert set(pending) <= set(p.tasks)
-    assert p.pending_count() == len(pending)
-    assert p.covered() == sum(1 for t in p.tasks if p.owners(t)), "the bare count drifted"
+    assert set(pending) <= set(view.tasks)
+    assert view.pending_count() == len(pending)
+    assert view.covered() == sum(1 for t in view.tasks if view.owners(t)), "the bare count drifted"
     for w in workers:
-        assert p.load(w) == loads[w] or abs(p.load(w) - loads[w]) < EPS, f"{w} load"
-        assert set(p.tasks_of(w)) <= set(p.tasks)
-        assert p.load(w) <= p.max_load(w) + EPS, f"{w} above max_load"
+        assert view.load(w) == loads[w] or abs(view.load(w) - loads[w]) < EPS, f"{w} load"
+        assert set(view.tasks_of(w)) <= set(view.tasks)
+        assert view.load(w) <= view.max_load(w) + EPS, f"{w} above max_load"
 
 
 def check_pending_fits_nowhere(p: Placement) -> None:
     """After place(): a pending replica fits on no worker that may take it."""
-    for task in p.pending():
-        for w in p.workers:
+    for task in p.view.pending():
+        for w in p.view.workers:
             assert not (may_take(p, task, w) and has_room(p, task, w)), \
                 f"{task} pending but fits on {w}"
 
@@ -189,15 +192,15 @@ def check_pending_fits_nowhere(p: Placement) -> None:
 def check_coverage(p: Placement) -> None:
     """Coverage before redundancy: no pending task with k owners would fit in place of one
     replica of a task that has at least k + 2."""
-    for task in p.pending():
-        k, c = len(p.owners(task)), p.tasks[task]
-        for w in p.workers:
+    for task in p.view.pending():
+        k, c = len(p.view.owners(task)), p.view.tasks[task]
+        for w in p.view.workers:
             if not may_take(p, task, w):
                 continue
-            for u in p.tasks_of(w):
-                if len(p.owners(u)) >= k + 2:
-                    assert p.load(w) - p.tasks[u] + c > p.max_load(w) + EPS, \
-                        f"{task} ({k} owners) could displace {u} ({len(p.owners(u))}) on {w}"
+            for u in p.view.tasks_of(w):
+                if len(p.view.owners(u)) >= k + 2:
+                    assert p.view.load(w) - p.view.tasks[u] + c > p.view.max_load(w) + EPS, \
+                        f"{task} ({k} owners) could displace {u} ({len(p.view.owners(u))}) on {w}"
 
 
 def check_once(moves: list[Move]) -> None:
@@ -209,7 +212,7 @@ def check_once(moves: list[Move]) -> None:
 
 
 def profile(p: Placement) -> list[float]:
-    return sorted(round(p.utilization(w), 9) for w in p.workers)
+    return sorted(round(p.view.utilization(w), 9) for w in p.view.workers)
 
 
 def converge(p: Placement, tolerance: float, budget: int, pinned: Collection[str] = (),
@@ -229,8 +232,8 @@ def converge(p: Placement, tolerance: float, budget: int, pinned: Collection[str
             return moves
         moves += ms
     while True:
-        spreads = {t: task_spread(p, t) for t in p.tasks}
-        pending = p.pending()
+        spreads = {t: task_spread(p, t) for t in p.view.tasks}
+        pending = p.view.pending()
         diff, ms = p.rebalance(tolerance, budget, pinned)
         assert len(ms) <= budget
         assert len({m.task for m in ms}) == len(ms), "two replicas of a task in one pass"
@@ -239,7 +242,7 @@ def converge(p: Placement, tolerance: float, budget: int, pinned: Collection[str
         for w, d in diff.workers.items():  # beside the moves, only pending replicas start
             assert all((w, t) in moved or t in pending for t in d.add), (w, d)
         for m in ms:
-            assert m.target in p.owners(m.task) and m.source not in p.owners(m.task)
+            assert m.target in p.view.owners(m.task) and m.source not in p.view.owners(m.task)
             assert m.task in diff.workers[m.target].add
             assert m.task in diff.workers[m.source].remove
             if m.task not in pending:
@@ -248,7 +251,8 @@ def converge(p: Placement, tolerance: float, budget: int, pinned: Collection[str
         if not diff:
             break
         moves += ms
-        assert len(moves) <= sum(len(p.owners(t)) for t in p.tasks), "a replica moved twice"
+        placed = sum(len(p.view.owners(t)) for t in p.view.tasks)
+        assert len(moves) <= placed, "a replica moved twice"
     if not pinned:
         assert p.is_balanced(tolerance), "no moves left but not balanced"
     assert not p.planned_moves(tolerance, pinned) or pinned

@@ -42,7 +42,7 @@ def check_invariants(p: Placement) -> None:
 def check_diff_targets_eligible(p: Placement, diff: Diff) -> None:
     for w, d in diff.workers.items():
         if d.add:
-            assert p.mode(w) is Mode.ELIGIBLE, f"{w} ({p.mode(w)}) got new tasks"
+            assert p.view.mode(w) is Mode.ELIGIBLE, f"{w} ({p.view.mode(w)}) got new tasks"
 
 
 # -- generated fleets ------------------------------------------------------------------------
@@ -95,12 +95,12 @@ def test_invariants_hold_after_every_event(
             check_invariants(p)
             check_pending_fits_nowhere(p)
         elif op == "leave":
-            ws = sorted(p.workers)
+            ws = sorted(p.view.workers)
             if not ws:
                 continue
             gone = ws[n % len(ws)]
-            before = {t: list(p.owners(t)) for t in p.tasks}
-            had = set(p.tasks_of(gone))
+            before = {t: list(p.view.owners(t)) for t in p.view.tasks}
+            had = set(p.view.tasks_of(gone))
             diff = p.remove_worker(gone)
             diff.merge(p.place())
             check_invariants(p)
@@ -110,13 +110,13 @@ def test_invariants_hold_after_every_event(
             # without any replica may displace another task's redundant one (coverage first).
             displaced = {(w, t) for w, d in diff.workers.items() if w != gone for t in d.remove}
             for w, t in displaced:
-                assert len(before[t]) >= 2 and len(p.owners(t)) >= 1, f"{t} displaced from {w}"
+                assert len(before[t]) >= 2 and len(p.view.owners(t)) >= 1, f"{t} displaced from {w}"
             for t, owners in before.items():
                 kept = [w for w in owners if w != gone and (w, t) not in displaced]
-                assert all(w in p.owners(t) for w in kept), f"{t} lost a surviving owner"
+                assert all(w in p.view.owners(t) for w in kept), f"{t} lost a surviving owner"
                 if t not in had and not any(x == t for _, x in displaced):
                     assert (
-                        list(p.owners(t)) == owners or len(owners) < p.replicas
+                        list(p.view.owners(t)) == owners or len(owners) < p.replicas
                     ), f"{t} was not {gone}'s but moved"
             assert set(diff.workers[gone].remove) == had if had else gone not in diff.workers
         elif op == "join":
@@ -126,20 +126,20 @@ def test_invariants_hold_after_every_event(
             check_invariants(p)
             check_pending_fits_nowhere(p)
         elif op == "mode":
-            if p.has_worker(f"w{n}"):
-                p.upsert_worker(f"w{n}", p.max_load(f"w{n}"), x)
+            if p.view.has_worker(f"w{n}"):
+                p.upsert_worker(f"w{n}", p.view.max_load(f"w{n}"), x)
                 check_invariants(p)
         elif op == "add":
             p.add_tasks({f"t{n}": x})
             check_invariants(p)
         elif op == "remove":
             diff = p.remove_tasks([f"t{n}"])
-            assert f"t{n}" not in p.tasks
+            assert f"t{n}" not in p.view.tasks
             check_invariants(p)
         elif op == "exclude":
-            owned = f"w{x}" in p.owners(f"t{n}")
+            owned = f"w{x}" in p.view.owners(f"t{n}")
             assert p.exclude(f"t{n}", f"w{x}") == owned
-            assert f"w{x}" not in p.owners(f"t{n}")
+            assert f"w{x}" not in p.view.owners(f"t{n}")
             p.place()
             check_invariants(p)
             check_pending_fits_nowhere(p)
@@ -149,14 +149,14 @@ def test_invariants_hold_after_every_event(
             check_invariants(p)
             check_pending_fits_nowhere(p)
         else:
-            before_max = max((p.utilization(w) for w in p.eligible()), default=0.0)
-            pinned = set(list(p.tasks)[::2])
-            before = {t: list(p.owners(t)) for t in pinned}
+            before_max = max((p.view.utilization(w) for w in p.view.eligible()), default=0.0)
+            pinned = set(list(p.view.tasks)[::2])
+            before = {t: list(p.view.owners(t)) for t in pinned}
             raised = p.convergence.raised
             diff, moves = p.rebalance(tolerance=x, budget=n, pinned=pinned)
-            assert {t: list(p.owners(t)) for t in pinned} == before, "moved a pinned task"
+            assert {t: list(p.view.owners(t)) for t in pinned} == before, "moved a pinned task"
             assert len(moves) <= n
-            after_max = max((p.utilization(w) for w in p.eligible()), default=0.0)
+            after_max = max((p.view.utilization(w) for w in p.view.eligible()), default=0.0)
             if diff.moved() == len(moves) and p.convergence.raised == raised:
                 # Only moves, none of the rare passes that must trade tasks between full
                 # workers (`convergence`): the maximum utilization did not rise.
@@ -181,7 +181,7 @@ def test_coverage_before_redundancy(
     p.add_tasks([f"t{i}" for i in range(ntasks)])
     p.place()
     check_invariants(p)
-    counts = [len(p.owners(t)) for t in p.tasks]
+    counts = [len(p.view.owners(t)) for t in p.view.tasks]
     if 0 in counts:
         assert max(counts) <= 1, counts
     # And every task that can have min(replicas, eligible) owners given capacity does, or is
@@ -207,22 +207,22 @@ def test_least_utilized_is_optimal_or_within_one_task(
         p.upsert_worker(f"w{i}", cap)
     p.add_tasks([f"t{i}" for i in range(ntasks)])
     p.place()
-    placed = sum(len(p.owners(t)) for t in p.tasks)
-    covered = sum(1 for t in p.tasks if p.owners(t))
+    placed = sum(len(p.view.owners(t)) for t in p.view.tasks)
+    covered = sum(1 for t in p.view.tasks if p.view.owners(t))
     best_total = min(ntasks * replicas, sum(min(c, ntasks) for c in fleet))
     levels = sorted({k / c for c in fleet for k in range(0, min(c, ntasks) + 1)})
     best = next(
         lv for lv in levels
         if sum(min(int(lv * c + 1e-9), c, ntasks) for c in fleet) >= min(placed, best_total)
     )
-    top = max(p.workers, key=lambda w: (p.utilization(w), w))
-    got = p.utilization(top)
+    top = max(p.view.workers, key=lambda w: (p.view.utilization(w), w))
+    got = p.view.utilization(top)
     assert covered == min(ntasks, sum(fleet))
     if replicas == 1:
         assert placed == best_total
         assert got <= best + 1e-9, (got, best)
     else:
-        assert got <= best + 1 / p.max_load(top) + 1e-9, (got, best)
+        assert got <= best + 1 / p.view.max_load(top) + 1e-9, (got, best)
 
 
 # -- tables ----------------------------------------------------------------------------------
@@ -271,11 +271,11 @@ def test_pending_when_nothing_fits_then_placed_when_capacity_appears() -> None:
     p.upsert_worker("a", 1)
     p.add_tasks(["t1", "t2"])
     p.place()
-    assert p.pending() == {"t1": 1, "t2": 2}  # coverage first: t1 got a; nothing else fits
+    assert p.view.pending() == {"t1": 1, "t2": 2}  # coverage first: t1 got a; nothing else fits
     p.upsert_worker("b", 5)
     diff = p.place()
     assert sorted(diff.workers["b"].add) == ["t1", "t2"]
-    assert p.pending() == {"t2": 1}  # the second replica of t2 needs a third worker
+    assert p.view.pending() == {"t2": 1}  # the second replica of t2 needs a third worker
 
 
 def test_ineligible_workers_get_nothing_new_but_keep_their_tasks() -> None:
@@ -287,7 +287,7 @@ def test_ineligible_workers_get_nothing_new_but_keep_their_tasks() -> None:
     p.upsert_worker("b", 10, Mode.HOLD)  # e.g. starting
     p.add_tasks(["t2"])
     p.place()
-    assert list(p.owners("t1")) == ["a"] and p.pending() == {"t2": 1}
+    assert list(p.view.owners("t1")) == ["a"] and p.view.pending() == {"t2": 1}
 
 
 def test_capacity_cut_sheds_most_recent_tasks() -> None:
@@ -297,7 +297,7 @@ def test_capacity_cut_sheds_most_recent_tasks() -> None:
     p.place()
     diff = p.upsert_worker("a", 1)
     assert list(diff.workers["a"].remove) == ["t3", "t2"]
-    assert p.load("a") == 1 and p.pending() == {"t2": 1, "t3": 1}
+    assert p.view.load("a") == 1 and p.view.pending() == {"t2": 1, "t3": 1}
 
 
 def test_rebalance_after_join_moves_toward_the_new_worker_within_budget() -> None:
@@ -309,7 +309,7 @@ def test_rebalance_after_join_moves_toward_the_new_worker_within_budget() -> Non
     _, moves = p.rebalance(tolerance=0.0, budget=3)
     assert len(moves) == 3 and all(m.source == "a" and m.target == "b" for m in moves)
     _diff, moves = p.rebalance(tolerance=0.0, budget=10)
-    assert p.load("a") == p.load("b") == 4
+    assert p.view.load("a") == p.view.load("b") == 4
     assert p.rebalance(tolerance=0.0, budget=10)[1] == []  # balanced: nothing more to do
 
 
@@ -352,7 +352,7 @@ def test_bad_arguments_are_refused() -> None:
         p.upsert_worker("z", 1, zone="eu-1//host")
     p.upsert_worker("b", 1, zone="eu-1/rack-7", labels={"gpu": "true"})
     p.upsert_worker("b", 2)  # capacity changes keep zone and labels
-    assert p.zone("b") == "eu-1/rack-7" and p.labels("b") == {"gpu": "true"}
+    assert p.view.zone("b") == "eu-1/rack-7" and p.view.labels("b") == {"gpu": "true"}
     with pytest.raises(ValueError, match="zone is fixed"):
         p.upsert_worker("b", 2, zone="eu-1/rack-8")
     with pytest.raises(ValueError, match="labels are fixed"):
@@ -398,9 +398,9 @@ def test_a_big_worker_joining_a_mixed_fleet_gets_its_share_whatever_its_name(
     assert p.is_balanced(0.0)
     check_books(p)
     assert all(m.target == joiner for m in moves)
-    peers = [p.load(w) for w, c in caps.items() if c == 150]
-    assert p.load(joiner) >= max(peers) - 1, (p.load(joiner), max(peers))
-    assert p.load(joiner) >= (1 if ntasks == 100 else 30)
+    peers = [p.view.load(w) for w, c in caps.items() if c == 150]
+    assert p.view.load(joiner) >= max(peers) - 1, (p.view.load(joiner), max(peers))
+    assert p.view.load(joiner) >= (1 if ntasks == 100 else 30)
 
 
 def test_the_joiner_s_name_changes_nothing() -> None:
@@ -410,7 +410,7 @@ def test_the_joiner_s_name_changes_nothing() -> None:
         p = _converged(caps, 4000)
         p.upsert_worker(joiner, 150)
         converge(p, 0.0, 20, light=True)
-        outcomes.add((p.load(joiner), tuple(profile(p))))
+        outcomes.add((p.view.load(joiner), tuple(profile(p))))
     assert len(outcomes) == 1
 
 
@@ -418,11 +418,11 @@ def test_the_joiner_s_name_changes_nothing() -> None:
 def test_a_leave_with_two_replicas_re_places_evenly(workers: int, tasks: int) -> None:
     """Replicas 2: 4 workers x 18 tasks, one leaves -> 12/12/12; 10 x 45 -> all 10."""
     p = _converged({f"w{i}": 100.0 for i in range(workers)}, tasks, replicas=2)
-    departed = len(p.tasks_of("w1"))
+    departed = len(p.view.tasks_of("w1"))
     p.remove_worker("w1")
     placed = p.place().moved()
     moves = converge(p, 0.0, 20)
-    loads = sorted(p.load(w) for w in p.workers)
+    loads = sorted(p.view.load(w) for w in p.view.workers)
     assert loads[-1] - loads[0] == 0, loads
     assert placed == departed and not moves  # the departed replicas, and nothing else
 
@@ -434,9 +434,9 @@ def test_a_worker_s_tasks_have_their_other_replicas_on_many_workers(
     """Not one fixed partner: the other replicas of one worker's tasks are spread, so that
     when it leaves, its replicas can go anywhere (20 x 400 takes the bulk block path)."""
     p = _converged({f"w{i}": 100.0 for i in range(workers)}, tasks, replicas=2)
-    for w in p.workers:
-        partners = {o for t in p.tasks_of(w) for o in p.owners(t) if o != w}
-        assert len(partners) >= min(workers - 1, len(p.tasks_of(w)) // 2), (w, partners)
+    for w in p.view.workers:
+        partners = {o for t in p.view.tasks_of(w) for o in p.view.owners(t) if o != w}
+        assert len(partners) >= min(workers - 1, len(p.view.tasks_of(w)) // 2), (w, partners)
 
 
 def test_assign_refuses_what_would_break_a_rule_and_says_why() -> None:
@@ -457,7 +457,7 @@ def test_assign_refuses_what_would_break_a_rule_and_says_why() -> None:
     assert p.assign("nope", "a") is Assigned.UNKNOWN_TASK
     assert p.assign("t2", "nobody") is Assigned.UNKNOWN_WORKER
     assert p.assign("t2", "d") is Assigned.OK  # on hold: keeps what it already runs
-    assert p.can_assign("t2", "b") is Assigned.OK and p.owners("t2") == ("d",)
+    assert p.can_assign("t2", "b") is Assigned.OK and p.view.owners("t2") == ("d",)
     assert not any(v for v in Assigned if v is not Assigned.OK)
     check_books(p)
 
@@ -475,7 +475,7 @@ def test_a_pass_moves_one_replica_of_a_task_at_a_time() -> None:
     p.upsert_worker("c", 12)
     p.upsert_worker("d", 12)
     moves = converge(p, 0.0, 20)  # checks one replica per task per pass
-    assert sorted(p.load(w) for w in "abcd") == [6, 6, 6, 6]
+    assert sorted(p.view.load(w) for w in "abcd") == [6, 6, 6, 6]
     check_once(moves)
 
 
@@ -508,10 +508,10 @@ def test_a_rebalance_makes_room_for_a_pending_replica_and_starts_it() -> None:
     p.place()
     p.upsert_worker("w2", 4)
     p.add_tasks({"t2": TaskShape(2.0, require={"gpu": "true"})})
-    assert p.place().moved() == 0 and p.pending() == {"t2": 1}
+    assert p.place().moved() == 0 and p.view.pending() == {"t2": 1}
     moves = converge(p, 0.0, 20)
     assert [str(m) for m in moves] == ["Move(task='t1', source='w1', target='w2')"]
-    assert p.owners("t2") == ("w1",) and not p.pending()
+    assert p.view.owners("t2") == ("w1",) and not p.view.pending()
 
 
 def test_coverage_before_redundancy_when_the_fleet_is_full() -> None:
@@ -524,7 +524,7 @@ def test_coverage_before_redundancy_when_the_fleet_is_full() -> None:
     p.place()
     p.add_tasks(["t4", "t5"])
     diff = p.place()
-    assert all(len(p.owners(t)) >= 1 for t in p.tasks)
+    assert all(len(p.view.owners(t)) >= 1 for t in p.view.tasks)
     assert sum(len(d.remove) for d in diff.workers.values()) == 2
     check_coverage(p)
     check_books(p)
@@ -541,9 +541,9 @@ def test_task_shapes_carry_cost_replicas_and_required_labels() -> None:
                  "g": TaskShape(require={"gpu": "true"}), "plain": 1.0})
     p.add_tasks(["ids", "work"])  # ids still mean cost 1, default replicas
     p.place()
-    assert len(p.owners("one")) == 1 and len(p.owners("three")) == 3
-    assert set(p.owners("g")) == {"a", "b"} and len(p.owners("ids")) == 2
-    assert p.shape("three") == TaskShape(2.0, 3) and p.replicas_of("plain") == 2
+    assert len(p.view.owners("one")) == 1 and len(p.view.owners("three")) == 3
+    assert set(p.view.owners("g")) == {"a", "b"} and len(p.view.owners("ids")) == 2
+    assert p.view.shape("three") == TaskShape(2.0, 3) and p.view.replicas_of("plain") == 2
     check_books(p)
 
 
@@ -555,25 +555,25 @@ def test_upsert_tasks_reshapes_in_place_and_sheds_what_no_longer_fits() -> None:
     p.add_tasks({"t": 1.0, "u": 1.0, "v": 1.0})
     p.place()
     # cost up: an owner pushed over its max_load sheds it
-    loads = {w: p.load(w) for w in "abc"}
+    loads = {w: p.view.load(w) for w in "abc"}
     diff = p.upsert_tasks({"t": 3.0})
-    assert all(p.load(w) <= p.max_load(w) for w in "abc")
+    assert all(p.view.load(w) <= p.view.max_load(w) for w in "abc")
     assert {w for w, d in diff.workers.items() if "t" in d.remove} == \
-        {w for w in "abc" if "t" not in p.tasks_of(w) and loads[w] - 1 + 3 > 3}
+        {w for w in "abc" if "t" not in p.view.tasks_of(w) and loads[w] - 1 + 3 > 3}
     # fewer replicas: the surplus goes from the most crowded zone
     p.upsert_tasks({"t": 1.0})
     p.place()
     p.upsert_tasks({"u": TaskShape(replicas=3)})
     p.place()
-    assert set(p.owners("u")) == {"a", "b", "c"}
+    assert set(p.view.owners("u")) == {"a", "b", "c"}
     diff = p.upsert_tasks({"u": TaskShape(replicas=2)})
-    assert "c" in p.owners("u")  # one of the two z1 replicas went; the lone z2 one stays
+    assert "c" in p.view.owners("u")  # one of the two z1 replicas went; the lone z2 one stays
     assert sum(1 for d in diff.workers.values() if "u" in d.remove) == 1
     # new required labels: owners without them shed it at once
     diff = p.upsert_tasks({"v": TaskShape(require={"gpu": "true"})})
-    assert set(p.owners("v")) <= {"a"}
+    assert set(p.view.owners("v")) <= {"a"}
     p.place()
-    assert p.owners("v") == ("a",) and p.pending() == {"v": 1}
+    assert p.view.owners("v") == ("a",) and p.view.pending() == {"v": 1}
     check_books(p)
     check_pending_fits_nowhere(p)
 
@@ -589,16 +589,16 @@ def test_pending_reasons_say_what_to_change() -> None:
     p.exclude("banned", "a")
     p.exclude("banned", "b")
     p.place()
-    reasons = p.pending_reasons()
+    reasons = p.view.pending_reasons()
     assert reasons["tpu"] == "no live worker has tpu=v4"
     assert reasons["big"] == "no room for cost 4 on the 2 live workers that could take it"
     assert reasons["banned"] == "excluded from 2 of the 2 live workers"
-    assert set(reasons) == set(p.pending())
+    assert set(reasons) == set(p.view.pending())
     p2 = Placement(replicas=3)
     p2.upsert_worker("a", 5, labels={"gpu": "true"})
     p2.add_tasks({"g": TaskShape(require={"gpu": "true"})})
     p2.place()
-    assert p2.pending_reasons() == {"g": "needs 3 replicas, only 1 live workers with gpu=true"}
+    assert p2.view.pending_reasons() == {"g": "needs 3 replicas, only 1 live workers with gpu=true"}
 
 
 # -- zones -------------------------------------------------------------------------------------
@@ -610,8 +610,8 @@ def test_replicas_go_to_distinct_zones_then_the_emptiest() -> None:
         p.upsert_worker(f"w{i}", 10, zone=z)
     p.add_tasks([f"t{i}" for i in range(12)])
     p.place()
-    assert all(len({p.zone(w) for w in p.owners(t)}) == 2 for t in p.tasks)
-    assert p.zone_degraded() == 0
+    assert all(len({p.view.zone(w) for w in p.view.owners(t)}) == 2 for t in p.view.tasks)
+    assert p.view.zone_degraded() == 0
 
 
 def test_hierarchical_zones_spread_at_the_highest_level_first() -> None:
@@ -620,10 +620,10 @@ def test_hierarchical_zones_spread_at_the_highest_level_first() -> None:
         p.upsert_worker(w, 10, zone=z)
     p.add_tasks([f"t{i}" for i in range(4)])
     p.place()
-    for t in p.tasks:
-        zones = sorted(p.zone(w) for w in p.owners(t))
+    for t in p.view.tasks:
+        zones = sorted(p.view.zone(w) for w in p.view.owners(t))
         assert zones == ["eu/r1", "eu/r2", "us/r1"], zones  # 2 regions, then 2 eu racks
-    assert p.zone_degraded() == 0
+    assert p.view.zone_degraded() == 0
 
 
 def test_a_zone_that_comes_back_gets_its_replicas_back_within_the_budget() -> None:
@@ -635,26 +635,26 @@ def test_a_zone_that_comes_back_gets_its_replicas_back_within_the_budget() -> No
     p.remove_worker("w4")
     p.remove_worker("w5")  # zone c is gone: its replicas go to a and b, still distinct
     converge(p, 0.0, 5)
-    assert p.zone_degraded() == 0 and not p.pending()
+    assert p.view.zone_degraded() == 0 and not p.view.pending()
     p.upsert_worker("w4", 20, zone="c")
     p.upsert_worker("w5", 20, zone="c")
     converge(p, 0.0, 5)
     check_balanced(p, 0.0)
-    assert {p.zone(w) for w in p.workers if p.tasks_of(w)} == {"a", "b", "c"}
+    assert {p.view.zone(w) for w in p.view.workers if p.view.tasks_of(w)} == {"a", "b", "c"}
     p2 = Placement(replicas=3)
     for i, z in enumerate("ab"):
         p2.upsert_worker(f"w{i}", 10, zone=z)
         p2.upsert_worker(f"x{i}", 10, zone=z)
     p2.add_tasks([f"t{i}" for i in range(6)])
     converge(p2, 0.0, 5)
-    assert p2.zone_degraded() == 0  # 3 replicas in 2 zones: 2 + 1 is as even as it gets
+    assert p2.view.zone_degraded() == 0  # 3 replicas in 2 zones: 2 + 1 is as even as it gets
     p2.upsert_worker("c", 10, zone="c")
-    assert p2.zone_degraded() == 6  # (2, 1, 0) over three live zones: one can move to c
+    assert p2.view.zone_degraded() == 6  # (2, 1, 0) over three live zones: one can move to c
     passes = 0
     while p2.rebalance(0.0, 5)[0]:
         passes += 1
-    assert passes >= 2 and p2.zone_degraded() == 0  # repaired within the budget per pass
-    assert all(len({p2.zone(w) for w in p2.owners(t)}) == 3 for t in p2.tasks)
+    assert passes >= 2 and p2.view.zone_degraded() == 0  # repaired within the budget per pass
+    assert all(len({p2.view.zone(w) for w in p2.view.owners(t)}) == 3 for t in p2.view.tasks)
 
 
 def test_a_tolerance_bounds_the_gap_not_one_task_s_step() -> None:
@@ -669,6 +669,6 @@ def test_a_tolerance_bounds_the_gap_not_one_task_s_step() -> None:
     p.upsert_worker("new", 600)
     moves = converge(p, 0.05, 20, light=True)
     assert moves and all(m.target == "new" for m in moves)
-    utils = sorted(p.utilization(w) for w in p.workers)
+    utils = sorted(p.view.utilization(w) for w in p.view.workers)
     assert utils[-1] - utils[0] <= 0.05 + 1 / 600 + EPS, utils
     check_balanced(p, 0.05)

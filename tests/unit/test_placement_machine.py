@@ -61,8 +61,8 @@ class PlacementMachine(RuleBasedStateMachine):
         """A new worker (with a zone and labels), or a known one's capacity change."""
         for p, name in self.both():
             w = name[f"w{i}"]
-            if p.has_worker(w):
-                p.upsert_worker(w, cap, p.mode(w))
+            if p.view.has_worker(w):
+                p.upsert_worker(w, cap, p.view.mode(w))
             else:
                 p.upsert_worker(w, cap, zone=self.zones[z % len(self.zones)], labels=gpu)
             check_books(p)  # a capacity cut sheds at once
@@ -71,7 +71,7 @@ class PlacementMachine(RuleBasedStateMachine):
     def leave(self, i: int) -> None:
         for p, name in self.both():
             w = name[f"w{i}"]
-            had = set(p.tasks_of(w))
+            had = set(p.view.tasks_of(w))
             diff = p.remove_worker(w)
             assert set(diff.workers[w].remove) == had if had else not diff
 
@@ -79,8 +79,8 @@ class PlacementMachine(RuleBasedStateMachine):
     def mode(self, i: int, hold: bool) -> None:
         for p, name in self.both():
             w = name[f"w{i}"]
-            if p.has_worker(w):
-                p.upsert_worker(w, p.max_load(w), Mode.HOLD if hold else Mode.ELIGIBLE)
+            if p.view.has_worker(w):
+                p.upsert_worker(w, p.view.max_load(w), Mode.HOLD if hold else Mode.ELIGIBLE)
 
     @rule(k=tasks, cost=costs, replicas=st.sampled_from([None, None, 1, 2, 3]), gpu=labels)
     def add(self, k: int, cost: float, replicas: int | None, gpu: dict[str, str]) -> None:
@@ -99,7 +99,7 @@ class PlacementMachine(RuleBasedStateMachine):
     def remove(self, k: int) -> None:
         for p, _ in self.both():
             p.remove_tasks([f"t{k:02d}"])
-            assert f"t{k:02d}" not in p.tasks
+            assert f"t{k:02d}" not in p.view.tasks
 
     @rule(k=tasks, i=workers, lift=st.booleans())
     def exclusion(self, k: int, i: int, lift: bool) -> None:
@@ -109,29 +109,30 @@ class PlacementMachine(RuleBasedStateMachine):
             if lift:
                 p.include(t, w)
             else:
-                owned = w in p.owners(t)
+                owned = w in p.view.owners(t)
                 assert p.exclude(t, w) == owned
-                assert w not in p.owners(t)
+                assert w not in p.view.owners(t)
 
     @rule(extra=st.integers(0, TASKS - 1))
     def restart(self, extra: int) -> None:
         """A restarted supervisor rebuilds from what workers report running: every claim is
         assigned (those the core refuses come with their reason), then place and converge."""
-        order = sorted(self.p.workers)  # the twin hears the same reports in the same order
+        order = sorted(self.p.view.workers)  # the twin hears the same reports in the same order
         for which, (p, name) in enumerate(self.both()):
             q = Placement(p.replicas)
-            q.add_tasks({t: p.shape(t) for t in p.tasks})
-            for w in p.workers:
-                q.upsert_worker(w, p.max_load(w), p.mode(w), p.zone(w), p.labels(w))
+            view = p.view
+            q.add_tasks({t: view.shape(t) for t in view.tasks})
+            for w in view.workers:
+                q.upsert_worker(w, view.max_load(w), view.mode(w), view.zone(w), view.labels(w))
             for w in (name[x] for x in order):
-                for t in p.tasks_of(w):
+                for t in view.tasks_of(w):
                     verdict = q.assign(t, w)
                     assert verdict, f"{w} runs {t} legitimately, refused: {verdict}"
             for w in (name[x] for x in order):  # then what no placement gave them
                 assert q.assign("unknown", w) is Assigned.UNKNOWN_TASK
                 t = f"t{extra:02d}"
                 verdict = q.assign(t, w)  # an orphan it still runs: taken if it fits
-                if t in q.tasks and not verdict:
+                if t in q.view.tasks and not verdict:
                     assert verdict is not Assigned.UNKNOWN_TASK
             check_books(q)
             if which == 0:
@@ -157,7 +158,7 @@ class PlacementMachine(RuleBasedStateMachine):
         if self.uniform:
             assert profile(self.p) == profile(self.twin), "renaming workers changed the outcome"
 
-    @precondition(lambda self: self.p.workers)
+    @precondition(lambda self: self.p.view.workers)
     @rule(cap=caps, i=workers)
     def join_when_balanced(self, cap: float, i: int) -> None:
         """Stickiness on a join: from the fixed point, a worker joins; on a plain fleet (one
@@ -166,21 +167,22 @@ class PlacementMachine(RuleBasedStateMachine):
         for p, name in self.both():
             converge(p, self.tol, self.budget)
             w = name[f"w{i}"]
-            if p.has_worker(w):
+            if p.view.has_worker(w):
                 p.remove_worker(w)
                 converge(p, self.tol, self.budget)
-            top = max((p.utilization(x) for x in p.workers if is_open(p, x)), default=0.0)
+            top = max((p.view.utilization(x) for x in p.view.workers if is_open(p, x)), default=0.0)
             p.upsert_worker(w, cap, zone=self.zones[0])
             moves = converge(p, self.tol, self.budget)
             check_balanced(p, self.tol)
-            plain = (p.replicas == 1 and len(set(p.tasks.values())) <= 1 and not p.excluded()
-                     and not p.topology.zoned and not any(p.shape(t).require for t in p.tasks)
-                     and all(p.replicas_of(t) == 1 for t in p.tasks))
+            view = p.view
+            plain = (p.replicas == 1 and len(set(view.tasks.values())) <= 1 and not view.excluded()
+                     and not p.topology.zoned and not any(view.shape(t).require for t in view.tasks)
+                     and all(view.replicas_of(t) == 1 for t in view.tasks))
             if plain and moves:
                 assert all(m.target == w for m in moves), moves
-                assert p.utilization(w) < top - self.tol + EPS
+                assert p.view.utilization(w) < top - self.tol + EPS
 
-    @precondition(lambda self: self.p.workers)
+    @precondition(lambda self: self.p.view.workers)
     @rule(i=workers)
     def leave_when_balanced(self, i: int) -> None:
         """Stickiness on a leave: placing after it adds only the departed replicas (and moves
@@ -189,14 +191,14 @@ class PlacementMachine(RuleBasedStateMachine):
         for p, name in self.both():
             converge(p, self.tol, self.budget)
             w = name[f"w{i}"]
-            before = {t: set(p.owners(t)) for t in p.tasks}
-            departed = len(p.tasks_of(w))
+            before = {t: set(p.view.owners(t)) for t in p.view.tasks}
+            departed = len(p.view.tasks_of(w))
             p.remove_worker(w)
             diff = p.place()
             preempted = sum(len(d.remove) for d in diff.workers.values())
             assert diff.moved() <= departed + preempted
             for t, owners in before.items():
-                lost = owners - {w} - set(p.owners(t))
+                lost = owners - {w} - set(p.view.owners(t))
                 assert len(lost) <= preempted, f"{t} lost {lost} on {w}'s leave"
             converge(p, self.tol, self.budget)
             check_balanced(p, self.tol)

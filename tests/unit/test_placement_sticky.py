@@ -21,16 +21,16 @@ def check_balanced_unit(p: Placement, tolerance: float = 0.0) -> None:
     """The criterion for unit costs without zones or labels, in O(W²): no worker a holds a
     task that a worker b with room may take (b does not own it) while a's utilization is
     more than the tolerance above b's after taking it."""
-    workers = [w for w in p.workers if is_open(p, w)]
+    workers = [w for w in p.view.workers if is_open(p, w)]
     for a in workers:
-        mine, ua = set(p.tasks_of(a)), p.utilization(a)
+        mine, ua = set(p.view.tasks_of(a)), p.view.utilization(a)
         if not mine:
             continue
         for b in workers:
-            if b == a or p.load(b) + 1 > p.max_load(b) + EPS:
+            if b == a or p.view.load(b) + 1 > p.view.max_load(b) + EPS:
                 continue
-            if mine - set(p.tasks_of(b)):
-                after = (p.load(b) + 1) / p.max_load(b)
+            if mine - set(p.view.tasks_of(b)):
+                after = (p.view.load(b) + 1) / p.view.max_load(b)
                 assert ua - after <= tolerance + EPS, f"{a} ({ua:.4f}) could give {b} a task"
 
 
@@ -40,8 +40,8 @@ def fleet(p: Placement, rng: random.Random, n: int, caps: list[float]) -> None:
 
 
 def fair_share(p: Placement, worker: str) -> float:
-    placed = sum(len(p.owners(t)) for t in p.tasks)
-    return placed * p.max_load(worker) / sum(p.max_load(w) for w in p.workers)
+    placed = sum(len(p.view.owners(t)) for t in p.view.tasks)
+    return placed * p.view.max_load(worker) / sum(p.view.max_load(w) for w in p.view.workers)
 
 
 @pytest.mark.parametrize("replicas", [1, 2])
@@ -63,28 +63,28 @@ def test_balanced_and_sticky_after_every_generation(replicas: int, caps: list[fl
             assert all(m.target == w for m in moves), "a join moved something elsewhere"
             assert len(moves) <= math.ceil(fair_share(p, w)) + 1
         elif event == "leave":
-            w = rng.choice(sorted(p.workers))
-            departed = len(p.tasks_of(w))
-            before = {t: set(p.owners(t)) for t in p.tasks}
-            short = sum(p.pending().values())
+            w = rng.choice(sorted(p.view.workers))
+            departed = len(p.view.tasks_of(w))
+            before = {t: set(p.view.owners(t)) for t in p.view.tasks}
+            short = sum(p.view.pending().values())
             p.remove_worker(w)
             diff = p.place()
             # The departed replicas that fit somewhere are placed (when the fleet is short
             # of room, the rest wait as pending), and nothing else moves — unless a task
             # left with no replica at all takes the place of another's second one.
             if not any(d.remove for d in diff.workers.values()):
-                assert diff.moved() == departed - (sum(p.pending().values()) - short)
-                assert all(before[t] - {w} <= set(p.owners(t)) for t in p.tasks)
+                assert diff.moved() == departed - (sum(p.view.pending().values()) - short)
+                assert all(before[t] - {w} <= set(p.view.owners(t)) for t in p.view.tasks)
             moves = converge(p, 0.0, 20, light=True)
             assert not moves, "a leave needed moves beyond its replicas"
         elif event == "resize":
-            p.upsert_worker(rng.choice(sorted(p.workers)), rng.choice(caps))
+            p.upsert_worker(rng.choice(sorted(p.view.workers)), rng.choice(caps))
             converge(p, 0.0, 20, light=True)
         elif event == "add":
             p.add_tasks([f"g{generation:02d}-{i:03d}" for i in range(60)])
             converge(p, 0.0, 20, light=True)
         else:
-            p.remove_tasks(rng.sample(sorted(p.tasks), 60))
+            p.remove_tasks(rng.sample(sorted(p.view.tasks), 60))
             converge(p, 0.0, 20, light=True)
         check_books(p)
         check_balanced_unit(p)
@@ -99,15 +99,15 @@ def test_a_join_takes_its_fair_share_from_the_most_utilized_and_nothing_else() -
         p.upsert_worker(f"w{i}", 100)
     p.add_tasks([f"t{i:04d}" for i in range(503)])
     p.place()
-    before = {w: p.load(w) for w in p.workers}
+    before = {w: p.view.load(w) for w in p.view.workers}
     p.upsert_worker("new", 100)
     moves = converge(p, 0.0, 20)
     share = 503 / 11
     assert math.floor(share) <= len(moves) <= math.ceil(share)
     assert all(m.target == "new" for m in moves)
-    loads = [p.load(w) for w in p.workers]
+    loads = [p.view.load(w) for w in p.view.workers]
     assert max(loads) - min(loads) <= 1
-    assert all(p.load(w) >= min(loads) for w in before)  # nobody gave more than its surplus
+    assert all(p.view.load(w) >= min(loads) for w in before)  # nobody gave more than its surplus
 
 
 def test_a_long_history_of_small_fleets_with_everything_checked() -> None:
@@ -124,16 +124,16 @@ def test_a_long_history_of_small_fleets_with_everything_checked() -> None:
         p.add_tasks([f"t{i:02d}" for i in range(rng.randint(5, 30))])
         for generation in range(50):
             event = rng.choice(["join", "leave", "resize", "add", "remove"])
-            if event == "join" and len(p.workers) < 12:
+            if event == "join" and len(p.view.workers) < 12:
                 p.upsert_worker(f"j{history}-{generation}", rng.choice(caps))
-            elif event == "leave" and len(p.workers) > 2:
-                p.remove_worker(rng.choice(sorted(p.workers)))
+            elif event == "leave" and len(p.view.workers) > 2:
+                p.remove_worker(rng.choice(sorted(p.view.workers)))
             elif event == "resize":
-                p.upsert_worker(rng.choice(sorted(p.workers)), rng.choice(caps))
+                p.upsert_worker(rng.choice(sorted(p.view.workers)), rng.choice(caps))
             elif event == "add":
                 p.add_tasks([f"a{generation}-{i}" for i in range(rng.randint(1, 4))])
-            elif p.tasks:
-                p.remove_tasks(rng.sample(sorted(p.tasks), min(len(p.tasks), 3)))
+            elif p.view.tasks:
+                p.remove_tasks(rng.sample(sorted(p.view.tasks), min(len(p.view.tasks), 3)))
             converge(p, 0.0, rng.choice([1, 3, 20]))
             check_balanced(p, 0.0)
             check_coverage(p)

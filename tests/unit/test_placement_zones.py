@@ -56,11 +56,11 @@ def check_all(p: Placement, ample: bool) -> None:
     check_balanced(p, 0.0)  # includes: no degraded task left that a move could repair
     check_coverage(p)
     check_pending_fits_nowhere(p)
-    assert p.zone_degraded() == sum(1 for t in p.tasks if degraded(p, t)), "gauge is off"
-    if ample and all(p.mode(w) is Mode.ELIGIBLE for w in p.workers):
-        assert p.zone_degraded() == 0, p.degraded()
-    for task, reason in p.pending_reasons().items():
-        if p.shape(task).require and not any(p.labels(w) == GPU for w in p.workers):
+    assert p.view.zone_degraded() == sum(1 for t in p.view.tasks if degraded(p, t)), "gauge is off"
+    if ample and all(p.view.mode(w) is Mode.ELIGIBLE for w in p.view.workers):
+        assert p.view.zone_degraded() == 0, p.view.degraded()
+    for task, reason in p.view.pending_reasons().items():
+        if p.view.shape(task).require and not any(p.view.labels(w) == GPU for w in p.view.workers):
             assert reason == "no live worker has gpu=true"
 
 
@@ -83,8 +83,9 @@ def test_zones_labels_and_replicas_keep_every_promise(
     converge(p, 0.0, budget)
     check_all(p, ample)
     # A whole zone dies at once: its replicas go to the zones left, spread as they allow.
-    zone = p.zone(sorted(p.workers)[0]).rsplit("z", 1)[0] + f"z{dead % len(sizes)}"
-    gone = {w: (p.max_load(w), p.labels(w)) for w in p.workers if p.zone(w) == zone}
+    view = p.view
+    zone = view.zone(sorted(view.workers)[0]).rsplit("z", 1)[0] + f"z{dead % len(sizes)}"
+    gone = {w: (view.max_load(w), view.labels(w)) for w in view.workers if view.zone(w) == zone}
     for w in gone:
         p.remove_worker(w)
     converge(p, 0.0, budget)
@@ -103,13 +104,13 @@ def test_a_required_label_is_a_hard_constraint() -> None:
     p.upsert_worker("gpu1", 1, zone="a", labels=GPU)
     p.add_tasks({"train": TaskShape(require=GPU), "other": TaskShape(2.0, require=GPU)})
     converge(p, 0.0, 20)
-    assert p.owners("train") == ("gpu1",) and p.owners("other") == ()
-    assert p.pending_reasons() == {
+    assert p.view.owners("train") == ("gpu1",) and p.view.owners("other") == ()
+    assert p.view.pending_reasons() == {
         "train": "needs 2 replicas, only 1 live workers with gpu=true",
         "other": "needs 2 replicas, only 1 live workers with gpu=true",
     }
     p.upsert_worker("gpu1", 1, Mode.HOLD)
-    assert p.pending_reasons()["other"] == "no live worker has gpu=true"
+    assert p.view.pending_reasons()["other"] == "no live worker has gpu=true"
 
 
 def test_bulk_placement_in_zones_spreads_balances_and_survives_a_zone() -> None:
@@ -122,16 +123,16 @@ def test_bulk_placement_in_zones_spreads_balances_and_survives_a_zone() -> None:
     p.add_tasks({f"t{i:05d}": TaskShape(require=GPU) if i % 20 == 0 else 1.0
                  for i in range(2000)})
     p.place()
-    assert not p.pending() and p.zone_degraded() == 0
-    assert all(len({p.zone(w) for w in p.owners(t)}) == 2 for t in p.tasks)
+    assert not p.view.pending() and p.view.zone_degraded() == 0
+    assert all(len({p.view.zone(w) for w in p.view.owners(t)}) == 2 for t in p.view.tasks)
     assert p.is_balanced(0.0)
-    for w in p.workers:  # many partners, not one
-        assert len({o for t in p.tasks_of(w) for o in p.owners(t) if o != w}) >= 10
+    for w in p.view.workers:  # many partners, not one
+        assert len({o for t in p.view.tasks_of(w) for o in p.view.owners(t) if o != w}) >= 10
     check_books(p)
-    for w in [w for w in p.workers if p.zone(w) == "zone-3"]:
+    for w in [w for w in p.view.workers if p.view.zone(w) == "zone-3"]:
         p.remove_worker(w)
     p.place()
-    assert not p.pending() and p.zone_degraded() == 0
+    assert not p.view.pending() and p.view.zone_degraded() == 0
     converge(p, 0.0, 20, light=True)
     check_books(p)
 
@@ -142,6 +143,6 @@ def test_three_replicas_in_two_zones_split_two_and_one() -> None:
         p.upsert_worker(f"w{i:02d}", 100, zone="ab"[i % 2])
     p.add_tasks([f"t{i:04d}" for i in range(400)])
     p.place()
-    assert all(sorted(Counter(p.zone(w) for w in p.owners(t)).values()) == [1, 2]
-               for t in p.tasks)
-    assert p.zone_degraded() == 0 and p.is_balanced(0.0)
+    assert all(sorted(Counter(p.view.zone(w) for w in p.view.owners(t)).values()) == [1, 2]
+               for t in p.view.tasks)
+    assert p.view.zone_degraded() == 0 and p.is_balanced(0.0)
