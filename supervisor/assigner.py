@@ -99,17 +99,22 @@ class Assigner:
         else:
             self._place(PLACED)
 
-    def sent(self, worker: str, add: Iterable[str]) -> None:
-        """``worker`` was told to run ``add``: a task coming back to the worker releasing it
-        ends that hand-off; otherwise its new owner is the one to confirm it."""
+    def sent(self, worker: str, add: Iterable[str], stop: Iterable[str] = ()) -> None:
+        """``worker`` was told to run ``add`` and to stop ``stop``. What it stops stays pinned
+        until it reports so. A task the placement gave back to the worker releasing it ends
+        that hand-off; otherwise its new owner is the one to confirm it. A reset of the
+        releasing worker lists what it still releases: that ends nothing."""
         handoffs = self.handoffs
+        handoffs.stopping(worker, stop)
         if not handoffs:
             return
+        owners = self.placement.view.owners
         for task in add:
-            if handoffs.old_owner(task) == worker:
-                handoffs.release(task)
-            else:
+            old = handoffs.old_owner(task)
+            if old != worker:
                 handoffs.expect(task, worker)
+            elif worker in owners(task):
+                handoffs.release(task)
 
     # -- workers -------------------------------------------------------------------------------
 
@@ -173,7 +178,7 @@ class Assigner:
         the next report of the draining worker moves it then."""
         p, handoffs = self.placement, self.handoffs
         for task in list(p.view.tasks_of(rec.id)):
-            if task in handoffs:
+            if task in handoffs.pinned:
                 continue
             p.unassign(task, rec.id)
             handoffs.start(task, rec.id)
@@ -279,6 +284,7 @@ class Assigner:
             ended += 1
             if old is not None and old != rec.id and old not in owners(task):
                 self.changes.diff.remove(old, task)
+                self.handoffs.stopping(old, (task,))  # now: a drain in this event must wait
                 self._feed.add("handoff", task=task, source=old, to=rec.id)
         return ended
 
@@ -316,14 +322,14 @@ class Assigner:
     def rebalance(self) -> tuple[int, bool]:
         """One budgeted pass toward the balance criterion: (moves started, balanced now).
         Moves are make-before-break, one replica of a task per pass, and a task already in a
-        hand-off is not moved again until it ends (so at most replicas + 1 owners); the rest
-        of the pass — pending replicas the moves made room for, a redundant replica displaced
-        to cover another task — is sent as plain starts and stops."""
+        hand-off is not moved again until its old owner stopped it (so at most replicas + 1
+        owners); the rest of the pass — pending replicas the moves made room for, a redundant
+        replica displaced to cover another task — is sent as plain starts and stops."""
         tol, budget = self.config.rebalance_tolerance, self.config.move_budget
         p, handoffs = self.placement, self.handoffs
-        if budget <= 0 or p.is_balanced(tol, handoffs.tasks):
+        if budget <= 0 or p.is_balanced(tol, handoffs.pinned):
             return 0, True
-        diff, moves = p.rebalance(tol, budget, pinned=handoffs.tasks)
+        diff, moves = p.rebalance(tol, budget, pinned=handoffs.pinned)
         cost = p.view.tasks
         for m in moves:
             handoffs.start(m.task, m.source)
@@ -333,10 +339,10 @@ class Assigner:
         self.changes.diff.merge(diff)
         self._counters.tasks_moved += diff.moved()
         self._counters.rebalance_moves += len(moves)
-        return len(moves), p.is_balanced(tol, handoffs.tasks)
+        return len(moves), p.is_balanced(tol, handoffs.pinned)
 
     def outlook(self) -> tuple[bool, int, int]:
         """(balanced, moves a full convergence still plans, zone-degraded tasks)."""
         p, tol = self.placement, self.config.rebalance_tolerance
-        look = p.outlook(tol, self.handoffs.tasks)
+        look = p.outlook(tol, self.handoffs.pinned)
         return look.balanced, look.planned_moves, p.view.zone_degraded()

@@ -291,12 +291,12 @@ class SupervisorCore:
                 if rec is None or not rec.active:
                     continue
                 if w in resets:
-                    added = send(rec, now, reset=True, respec=respec)
+                    added, stopped = send(rec, now, reset=True, respec=respec)
                 else:
                     d = changed[w]
-                    added = send(rec, now, add=d.add, remove=d.remove, respec=respec)
-                if added:
-                    assigner.sent(w, added)
+                    added, stopped = send(rec, now, add=d.add, remove=d.remove, respec=respec)
+                if added or stopped:
+                    assigner.sent(w, added, stopped)
         return self._take_out()
 
     def _take_out(self) -> list[Action]:

@@ -54,19 +54,24 @@ class Dispatch:
 
     def send(self, rec: WorkerRecord, now: float, *, reset: bool = False,
              add: Iterable[str] = (), remove: Iterable[str] = (),
-             respec: Mapping[str, None] | None = None) -> tuple[str, ...]:
+             respec: Mapping[str, None] | None = None
+             ) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """One instruction set to ``rec`` (a lease renewal when empty); returns the tasks it
-        adds (all of them for a reset), or () when nothing was sent."""
+        adds (all of them for a reset) and those it stops (for a reset: what it last reported
+        running and is not in the set), or ((), ()) when nothing was sent."""
         life = self._life
         if not life.leader:
-            return ()
+            return (), ()
         adds = tuple(add)
         removes = tuple(remove)
+        stops = removes
         if life.running and (reset or ((adds or removes) and not rec.got_reset)):
-            reset, adds, removes = True, tuple(self._desired(rec.id)), ()
+            desired = self._desired(rec.id)
+            reset, adds, removes = True, tuple(desired), ()
+            stops = tuple(t for t in rec.status.running if t not in desired)
             rec.got_reset = True
         elif not life.running:
-            reset, adds, removes = False, (), ()
+            reset, adds, removes, stops = False, (), (), ()
         rec.out_seq += 1
         if reset or adds or removes:
             rec.digest = None  # what it should run changed: judge its next report in full
@@ -85,7 +90,7 @@ class Dispatch:
                 **head, add=adds, remove=removes, tokens=tokens, specs=specs)))
         else:
             self._send_parts(rec.identity, head, adds, removes, tokens, specs)
-        return adds
+        return adds, stops
 
     def renew(self, rec: WorkerRecord, now: float) -> None:
         """A bare lease renewal: `send` with nothing in it, built the short way (this is what

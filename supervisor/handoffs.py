@@ -1,8 +1,15 @@
 """Planned moves in flight: make-before-break.
 
 When a worker drains or a rebalance moves a task, placement already lists the new owner; the
-old owner keeps running the task until a current owner reports it running. This class only
-remembers who is releasing what, and who is expected to confirm what.
+old owner keeps running the task until a current owner reports it running. This class
+remembers who is releasing what, who is expected to confirm what, and who was told to stop
+what and has not yet reported it stopped.
+
+A task is *pinned* (no planned move may start for it) while it is in a hand-off and while any
+worker told to stop it has not reported it stopped: until then that worker still runs it, and
+a make-before-break move would add one more owner — replicas + 2 (chaos seed 7: a hand-off
+confirmed, its old owner a message away from stopping, the next move started at once; and a
+stop lost on the way to a partitioned worker while the task moved on).
 
     >>> h = Handoffs()
     >>> h.start("t1", old="w1")
@@ -11,13 +18,18 @@ remembers who is releasing what, and who is expected to confirm what.
     ({'t1': None}, {'t1': None})
     >>> h.release("t1")
     'w1'
-    >>> dict(h.releasing("w1")), "t1" in h
-    ({}, False)
+    >>> h.stopping("w1", ["t1"])  # the old owner is told to stop it
+    >>> dict(h.releasing("w1")), "t1" in h, "t1" in h.pinned
+    ({}, False, True)
+    >>> h.stopped("w1", running={})
+    1
+    >>> "t1" in h.pinned
+    False
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 _EMPTY: dict[str, None] = {}
 
@@ -32,6 +44,11 @@ class Handoffs:
         # new owner -> tasks it was given whose hand-off waits for it; may hold tasks whose
         # hand-off already ended (cleaned lazily by `awaiting`)
         self._waiting: dict[str, dict[str, None]] = {}
+        self._pins: dict[str, int] = {}
+        # Tasks no planned move may touch -> how many reasons pin it (its hand-off; each
+        # worker told to stop it that has not reported it stopped). Read-only by convention.
+        self.pinned: Mapping[str, int] = self._pins
+        self._stopping: dict[str, dict[str, None]] = {}  # worker -> told to stop, still running
 
     def __contains__(self, task: object) -> bool:
         return task in self._old
@@ -45,6 +62,7 @@ class Handoffs:
         if task not in self._old:
             self._old[task] = old
             self._by_old.setdefault(old, {})[task] = None
+            self._pin(task)
 
     def expect(self, task: str, new: str) -> None:
         """``new`` was given ``task``; its report of running it ends the hand-off."""
@@ -68,19 +86,59 @@ class Handoffs:
         return waiting
 
     def release(self, task: str) -> str | None:
-        """End the hand-off of ``task``; returns the old owner, who should now stop it."""
+        """End the hand-off of ``task``; returns the old owner (told to stop it, if it must,
+        through `stopping`)."""
         old = self._old.pop(task, None)
         if old is not None:
             mine = self._by_old[old]
             del mine[task]
             if not mine:
                 del self._by_old[old]
+            self._unpin(task)
         return old
+
+    def stopping(self, worker: str, tasks: Iterable[str]) -> None:
+        """``worker`` was told to stop ``tasks``: they stay pinned until it reports them
+        stopped (`stopped`) or is gone."""
+        mine = None
+        for task in tasks:
+            if mine is None:
+                mine = self._stopping.setdefault(worker, {})
+            if task not in mine:
+                mine[task] = None
+                self._pin(task)
+
+    def stopped(self, worker: str, running: Mapping[str, object]) -> int:
+        """``worker`` reported what it runs: the tasks it was told to stop and runs no more
+        are free to move again. Returns how many."""
+        mine = self._stopping.get(worker)
+        if not mine:
+            return 0
+        done = [t for t in mine if t not in running]
+        for task in done:
+            del mine[task]
+            self._unpin(task)
+        if not mine:
+            del self._stopping[worker]
+        return len(done)
+
+    def _pin(self, task: str) -> None:
+        pins = self._pins
+        pins[task] = pins.get(task, 0) + 1
+
+    def _unpin(self, task: str) -> None:
+        pins = self._pins
+        n = pins[task] - 1
+        if n:
+            pins[task] = n
+        else:
+            del pins[task]
 
     def forget_worker(self, worker: str) -> list[str]:
         """``worker`` is gone: hand-offs it was releasing end (nothing left to stop), and it no
         longer confirms anything. Returns the tasks it was releasing."""
         self._waiting.pop(worker, None)
+        self.stopped(worker, {})  # what it was stopping is gone with it
         tasks = list(self._by_old.get(worker, ()))
         for task in tasks:
             self.release(task)

@@ -150,8 +150,9 @@ class Intake:
             return
         if st.failures:
             self._assigner.check_failures(rec, now)
-        in_flight = bool(self._assigner.handoffs)
-        if in_flight and self._assigner.confirm(rec):
+        handoffs = self._assigner.handoffs
+        in_flight = bool(handoffs.pinned)
+        if in_flight and (self._assigner.confirm(rec) + handoffs.stopped(rec.id, st.running)):
             self._converge.want(now)  # tasks pinned by their hand-off may move now
         if (rec.drained or st.state is WorkerState.LAME_DUCK) and rec.desired:
             self._assigner.drain(rec, now)  # tasks that waited for another hand-off to end

@@ -125,7 +125,7 @@ class Queries:
         motion) the answer is at most `OUTLOOK_MAX_AGE` old, so a status poll cannot keep
         the loop from reading reports."""
         a = self._core.assigner
-        version = (a.placement.version, len(a.handoffs))  # hand-offs pin tasks
+        version = (a.placement.version, len(a.handoffs.pinned))  # hand-offs pin tasks
         kept = self._outlook
         if kept is not None and (kept[0] == version or now - kept[1] < OUTLOOK_MAX_AGE):
             return kept[2]
