@@ -103,9 +103,11 @@ class SupervisorCore:
                 self._role(role, now)
             case Stalled(seconds=seconds):
                 self.registry.stalled(now)
+                self.reconciler.stalled(now)
                 self.counters.stalls += 1
                 self._out.append(Log("warning", "the supervisor was busy without reading "
-                                     "reports; silence counts from now", {"busy_s": round(
+                                     "reports; silence and resend waits count from now",
+                                     {"busy_s": round(
                                          seconds, 3)}))
             case PeerGone(identity=identity):
                 rec = self.registry.peer_gone(identity, now)

@@ -37,6 +37,14 @@ class Reconciler:
         self._assigner = assigner
         self._changes = assigner.changes  # kept for the assigner's life
         self._life = life
+        self._stalled_at = float("-inf")  # see `stalled`
+
+    def stalled(self, now: float) -> None:
+        """The supervisor could not read reports until ``now`` (a long step: a rebuild at
+        100,000 workers). Sets sent in that step carry its start time, and the reports read
+        after it were queued before the workers saw them: every wait counts from here, or the
+        whole fleet would be sent its set again (O(1): one time for all records)."""
+        self._stalled_at = now
 
     def needed(self, rec: WorkerRecord) -> bool:
         """Whether this report needs judging (cheap: the usual report needs nothing)."""
@@ -50,7 +58,7 @@ class Reconciler:
             epoch, seq = st.applied
             ours = self._life.epoch
             if epoch < ours or (epoch == ours and seq < rec.expect_seq):
-                if now - rec.expect_since >= rec.resend_wait:
+                if now - max(rec.expect_since, self._stalled_at) >= rec.resend_wait:
                     # Back off, so an overloaded supervisor, whose every report is late, does
                     # not answer each one with yet another set.
                     self._counters.resends += 1
@@ -66,7 +74,7 @@ class Reconciler:
         if rec.mismatch_since is None:
             rec.mismatch_since = now
             return
-        if now - rec.mismatch_since < self._interval:
+        if now - max(rec.mismatch_since, self._stalled_at) < self._interval:
             return
         fix = correction(running, desired)
         # A task it hands off and no longer runs has ended there: never start it again.

@@ -169,7 +169,7 @@ def run(endpoint: str, index: int, first: int, count: int, interval: float,
                     w2 = by_inc.get(msg.incarnation)
                     if w2 is None or w2.id in dead:
                         continue
-                    if watched and msg.add:
+                    if watched and msg.add and w2.id not in dying:  # sent elsewhere
                         for t in msg.add:
                             if t in watched and watched[t] is None:
                                 watched[t] = time.monotonic()

@@ -8,8 +8,11 @@ run with its fencing tokens, every half lease as real workers do by default):
 
 - ``cpu_share``: the supervisor's CPU seconds per second in the steady state;
 - ``rss_mb``: its resident memory then;
+- ``settle_s``: from running with every task assigned until no set with content has gone
+  out for two report intervals (the steady state the figures below are taken in);
 - ``rebuild_s``: kill -9 and restart it: time until it runs again with every task assigned,
-  rebuilt from the workers' reports;
+  rebuilt from the workers' reports (``rebuild_settle_s``: until settled again; ``stalls``:
+  steps that kept it from reading reports for over a second; ``resends_after_rebuild``);
 - ``death_to_resend_s``: one worker falls silent right after a report: time until all its
   tasks were sent to others (bound: lease + margin + a tick);
 - ``ctl_workers_s``: `corralctl workers --limit 100` (the first page), wall time of the
@@ -104,6 +107,21 @@ class Supervisor:
         raise RuntimeError(f"not running with every task assigned after {timeout:g} s; see "
                            f"{self.tmp / 'supervisor.log'}")
 
+    def wait_settled(self, timeout: float) -> float:
+        """Until no instruction set with content went out for two report intervals (every
+        worker reported what it runs, and nothing was resent): the steady state."""
+        deadline = time.monotonic() + timeout
+        last, since = None, time.monotonic()
+        while time.monotonic() < deadline:
+            c = self.client.call("counters")
+            now = (c["assignment_events"], c["resends"], c["reconciliations"])
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= 2 * REPORT_INTERVAL:
+                return since
+            time.sleep(0.5)
+        raise RuntimeError(f"still sending sets after {timeout:g} s")
+
     def kill(self) -> None:
         assert self.proc is not None
         self.proc.kill()
@@ -134,8 +152,8 @@ def measure_size(workers: int, senders: int, steady_s: float) -> dict[str, Any]:
     try:
         sup.start()
         fleet.start(sup.endpoint)
-        sup.wait_running(timeout=300)
-        time.sleep(2 * REPORT_INTERVAL)  # every worker reported what it runs: settled
+        running = sup.wait_running(timeout=300)
+        out["settle_s"] = round(sup.wait_settled(timeout=300) - running, 3)
         assert sup.proc is not None
         pid = sup.proc.pid
         cpu0, w0, traffic0 = cpu_seconds(pid), time.monotonic(), fleet.traffic()
@@ -162,13 +180,15 @@ def measure_size(workers: int, senders: int, steady_s: float) -> dict[str, Any]:
         sup.kill()
         restarted = sup.start()
         out["rebuild_s"] = round(sup.wait_running(timeout=300) - restarted, 3)
-        time.sleep(2 * REPORT_INTERVAL)
+        out["rebuild_settle_s"] = round(sup.wait_settled(timeout=300) - restarted, 3)
+        out["stalls"] = c.call("counters")["stalls"]
         # One worker falls silent right after a report; its tasks go elsewhere.
         victim = fleet.worker_id(workers // 2)
         mine = [t["task"] for t in c.call("tasks", {"worker": victim})["tasks"]]
         out["death_to_resend_s"] = round(fleet.kill_and_wait(victim, mine,
                                                              timeout=LEASE + MARGIN + 60), 3)
-        out["set_parts"] = c.call("counters")["set_parts"]
+        cnt = c.call("counters")
+        out["set_parts"], out["resends_after_rebuild"] = cnt["set_parts"], cnt["resends"]
     finally:
         fleet.stop()
         sup.stop()

@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from corral.supervisor import verbs
 from corral.supervisor.events import Report, Reports, Stalled
 
 from .fleet import Harness, ModelWorker, config
@@ -39,8 +40,26 @@ def test_a_stall_restarts_the_silence_clock() -> None:
     h.until(lambda: not h.core.registry.get("a").active,  # type: ignore[union-attr]
             limit=2.0, silent=(a,))
     assert h.core.counters.lease_expiries == 1
-    assert ("warning", "the supervisor was busy without reading reports; silence counts "
-            "from now") in h.logs
+    assert ("warning", "the supervisor was busy without reading reports; silence and resend "
+            "waits count from now") in h.logs
+
+
+def test_a_stall_restarts_the_resend_wait() -> None:
+    # Found by `scripts/bench scale` at 30,000 workers: the rebuild step took 5.7 s, every
+    # set it sent carried the step's start time, and the reports read after it (queued before
+    # the workers saw their sets) made the reconciler send the whole fleet its set again.
+    h = Harness(config(lease=6.0, lease_margin=1.0, tick=0.5), {f"t{i}": 1.0 for i in range(6)})
+    a, b = ModelWorker("a"), ModelWorker("b")
+    start(h, a, b)
+    wait = h.core.reconciler.first_wait
+    queued = a.force_report(h.now)  # a report on its way before a saw the set below
+    h.run(verbs.call(h.core, "drain", {"worker": "b"}, h.now)[2])  # a is sent b's tasks
+    h.now += wait + 1.0  # the step that sent it kept the supervisor busy this long
+    h.run(h.core.handle(Stalled(wait + 1.0), h.now))
+    h.deliver(a, queued)  # read only now: older than the set, which is not lost
+    assert h.core.counters.resends == 0, "resent: the wait began before the stall"
+    h.until(lambda: len(a.running) == 6 and not b.running, limit=5.0)
+    assert h.core.counters.resends == 0
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
