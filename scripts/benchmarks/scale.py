@@ -83,7 +83,7 @@ class Supervisor:
         args = [str(BIN / "corral-supervisor"), "run", "--bind", self.endpoint,
                 "--control", self.control, "--tasks", f"file:{self.tmp / 'tasks.txt'}",
                 "--state-file", str(self.tmp / "epoch"), "--expect-workers",
-                str(self.workers), "--log-level", "warning"]
+                str(self.workers), "--lease", str(LEASE), "--log-level", "warning"]
         started = time.monotonic()
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL,
                                      stderr=open(self.tmp / "supervisor.log", "ab"))  # noqa: SIM115
@@ -224,7 +224,13 @@ def main() -> None:
     ap.add_argument("--senders", type=int, default=4, help="emulating processes")
     ap.add_argument("--steady", type=float, default=20.0, help="seconds of steady state")
     ap.add_argument("--no-placement", action="store_true", help="skip placement_1m")
+    ap.add_argument("--lease", type=float, default=None,
+                    help="the supervisor's --lease instead of its default (10 s); the emulated "
+                         "workers report every lease / 2, as real workers do by default")
     args = ap.parse_args()
+    global LEASE, REPORT_INTERVAL
+    if args.lease is not None:  # a longer lease: workers report every lease / 2, as real ones
+        LEASE, REPORT_INTERVAL = args.lease, args.lease / 2
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     by_size: dict[str, Any] = {}
     for n in sizes:

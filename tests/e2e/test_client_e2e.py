@@ -15,7 +15,7 @@ from corral.client.errors import ControlFailed, MapUnavailable, Unreachable
 
 from ..etcd_server import Etcd
 from .procs import BIN, Procs, Supervisor, free_port, wait_until
-from .test_curve_e2e import keygen
+from .test_curve_e2e import curve_supervisor
 from .test_routing import HANDLER
 
 pytestmark = pytest.mark.e2e
@@ -32,17 +32,7 @@ def serving_worker(procs: Procs, name: str, supervisors: str, *extra: str) -> No
 
 def test_a_router_with_curve_keys_calls_through_a_protected_control_endpoint(
         procs: Procs) -> None:
-    keys, authorized, admins = procs.tmp / "keys", procs.tmp / "authorized", procs.tmp / "admins"
-    for name in ("supervisor", "w1", "client"):
-        keygen(keys, name)
-    authorized.mkdir()
-    admins.mkdir()
-    (authorized / "w1.key").write_bytes((keys / "w1.key").read_bytes())
-    (admins / "client.key").write_bytes((keys / "client.key").read_bytes())
-    (procs.tmp / "tasks.txt").write_text("t1\nt2\n")
-    sup = Supervisor(procs, f"file:{procs.tmp / 'tasks.txt'}", warmup=0.5,
-                     curve_secret_key=str(keys / "supervisor.key_secret"),
-                     authorized_keys=str(authorized), control_keys=str(admins))
+    sup, keys = curve_supervisor(procs, "t1\nt2\n", ("w1",), admins=("client",))
     serving_worker(procs, "w1", sup.endpoint,
                    "--curve-server-key", str(keys / "supervisor.key"),
                    "--curve-secret-key", str(keys / "w1.key_secret"))

@@ -27,6 +27,27 @@ def keygen(directory: Path, name: str) -> None:
     assert out.returncode == 0, out.stderr
 
 
+def curve_supervisor(procs: Procs, tasks: str, workers: tuple[str, ...],
+                     admins: tuple[str, ...] = (), strangers: tuple[str, ...] = ()
+                     ) -> tuple[Supervisor, Path]:
+    """A supervisor with Curve on: keys for itself, ``workers`` (authorised on the worker
+    channel), ``admins`` (on the control endpoint, if any) and ``strangers`` (keys nobody
+    authorised); ``tasks`` one id per line. Returns it and the keys' folder."""
+    keys, authorized, control = procs.tmp / "keys", procs.tmp / "authorized", procs.tmp / "admins"
+    for name in ("supervisor", *workers, *admins, *strangers):
+        keygen(keys, name)
+    for folder, names in ((authorized, workers), (control, admins)):
+        folder.mkdir()
+        for name in names:
+            (folder / f"{name}.key").write_bytes((keys / f"{name}.key").read_bytes())
+    (procs.tmp / "tasks.txt").write_text(tasks)
+    extra = {"control_keys": str(control)} if admins else {}
+    sup = Supervisor(procs, f"file:{procs.tmp / 'tasks.txt'}", warmup=0.5,
+                     curve_secret_key=str(keys / "supervisor.key_secret"),
+                     authorized_keys=str(authorized), **extra)
+    return sup, keys
+
+
 def dealer(ctx: zmq.Context[Any], sup: Supervisor, keys: Path, name: str) -> Any:
     server_public, _ = zmq.auth.load_certificate(str(keys / "supervisor.key"))
     public, secret = zmq.auth.load_certificate(str(keys / f"{name}.key_secret"))
@@ -41,16 +62,7 @@ def dealer(ctx: zmq.Context[Any], sup: Supervisor, keys: Path, name: str) -> Any
 
 
 def test_curve_admits_only_authorised_keys_under_their_own_names(procs: Procs) -> None:
-    keys, authorized = procs.tmp / "keys", procs.tmp / "authorized"
-    for name in ("supervisor", "alice", "bob", "mallory"):
-        keygen(keys, name)
-    authorized.mkdir()
-    for name in ("alice", "bob"):
-        (authorized / f"{name}.key").write_bytes((keys / f"{name}.key").read_bytes())
-    (procs.tmp / "tasks.txt").write_text("t1\nt2\n")
-    sup = Supervisor(procs, f"file:{procs.tmp / 'tasks.txt'}", warmup=0.5,
-                     curve_secret_key=str(keys / "supervisor.key_secret"),
-                     authorized_keys=str(authorized))
+    sup, keys = curve_supervisor(procs, "t1\nt2\n", ("alice", "bob"), strangers=("mallory",))
     ctx = zmq.Context()
     socks = {n: dealer(ctx, sup, keys, n) for n in ("alice", "mallory")}
     try:
@@ -96,15 +108,7 @@ def test_keygen_refuses_to_overwrite_and_config_needs_both_halves(tmp_path: Path
 
 
 def test_real_workers_with_keys(procs: Procs) -> None:
-    keys, authorized = procs.tmp / "keys", procs.tmp / "authorized"
-    for name in ("supervisor", "alice"):
-        keygen(keys, name)
-    authorized.mkdir()
-    (authorized / "alice.key").write_bytes((keys / "alice.key").read_bytes())
-    (procs.tmp / "tasks.txt").write_text("t1\nt2\n")
-    sup = Supervisor(procs, f"file:{procs.tmp / 'tasks.txt'}", warmup=0.5,
-                     curve_secret_key=str(keys / "supervisor.key_secret"),
-                     authorized_keys=str(authorized))
+    sup, keys = curve_supervisor(procs, "t1\nt2\n", ("alice",))
     curve = ["--curve-server-key", str(keys / "supervisor.key"),
              "--curve-secret-key", str(keys / "alice.key_secret")]
     args = [str(BIN / "corral-worker"), "run", "--supervisor", sup.endpoint, "--handler", "log",
@@ -120,17 +124,7 @@ def test_real_workers_with_keys(procs: Procs) -> None:
 
 
 def test_control_endpoint_with_curve(procs: Procs) -> None:
-    keys, authorized, admins = procs.tmp / "keys", procs.tmp / "authorized", procs.tmp / "admins"
-    for name in ("supervisor", "alice", "ops"):
-        keygen(keys, name)
-    authorized.mkdir()
-    admins.mkdir()
-    (authorized / "alice.key").write_bytes((keys / "alice.key").read_bytes())
-    (admins / "ops.key").write_bytes((keys / "ops.key").read_bytes())
-    (procs.tmp / "tasks.txt").write_text("t1\n")
-    sup = Supervisor(procs, f"file:{procs.tmp / 'tasks.txt'}", warmup=0.5,
-                     curve_secret_key=str(keys / "supervisor.key_secret"),
-                     authorized_keys=str(authorized), control_keys=str(admins))
+    sup, keys = curve_supervisor(procs, "t1\n", ("alice",), admins=("ops",))
 
     def ctl(*key: str) -> subprocess.CompletedProcess[str]:
         args = [str(BIN / "corralctl"), "--control", sup.control, "--timeout", "1", "-o", "json"]
