@@ -12,7 +12,7 @@ Moves and their reasons go to the change feed; nothing here does I/O or reads a 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from corral.common.placement import Mode, Placement, TaskShape
@@ -99,12 +99,13 @@ class Assigner:
         else:
             self._place(PLACED)
 
-    def sent(self, worker: str, add: Iterable[str], stop: Iterable[str] = ()) -> None:
+    def sent(self, worker: str, add: Collection[str], stop: Iterable[str] = ()) -> None:
         """``worker`` was told to run ``add`` and to stop ``stop``. What it stops stays pinned
         until it reports so. A task the placement gave back to the worker releasing it ends
         that hand-off; otherwise its new owner is the one to confirm it. A reset of the
         releasing worker lists what it still releases: that ends nothing."""
         handoffs = self.handoffs
+        handoffs.resumed(worker, add)
         handoffs.stopping(worker, stop)
         if not handoffs:
             return

@@ -25,6 +25,9 @@ stop lost on the way to a partitioned worker while the task moved on).
     1
     >>> "t1" in h.pinned
     False
+    >>> h.stopping("w3", ["t2"]); h.resumed("w3", ["t2"])  # given back before it stopped
+    >>> "t2" in h.pinned
+    False
 """
 
 from __future__ import annotations
@@ -121,6 +124,19 @@ class Handoffs:
         if not mine:
             del self._stopping[worker]
         return len(done)
+
+    def resumed(self, worker: str, tasks: Iterable[str]) -> None:
+        """``worker`` was told to run ``tasks`` again: it no longer stops them (without this,
+        a task given back before its stop was reported would stay pinned while it runs)."""
+        mine = self._stopping.get(worker)
+        if not mine:
+            return
+        for task in tasks:
+            if task in mine:
+                del mine[task]
+                self._unpin(task)
+        if not mine:
+            del self._stopping[worker]
 
     def _pin(self, task: str) -> None:
         pins = self._pins

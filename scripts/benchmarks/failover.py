@@ -25,17 +25,22 @@ from pathlib import Path
 from _cluster import Cluster, fleet_parser, median_run, wait_until
 
 
+def _reporting(report: float | None) -> dict[str, float]:
+    """The workers' --report-interval, if one was asked for (default: half the lease)."""
+    return {} if report is None else {"report_interval": report}
+
+
 def one_run(tasks: int, workers: int, lease: float, margin: float, tick: float,
-            report: float) -> dict[str, float]:
+            report: float | None) -> dict[str, float]:
     names = [f"worker-{i}" for i in range(workers)]
     c = Cluster([f"task-{i:03d}" for i in range(tasks)])
     try:
         c.start_supervisor(warmup=10, expect_workers=workers, lease=lease, lease_margin=margin,
-                           tick=tick, report_interval=report, log_level="warning")
+                           tick=tick, log_level="warning")
         for name in names:
-            c.start_worker(name, max_load=tasks, report_interval=report, log_level="warning")
+            c.start_worker(name, max_load=tasks, log_level="warning", **_reporting(report))
         wait_until(lambda: len(c.running(names)) == tasks, timeout=60)
-        time.sleep(3 * report)  # settled: every worker has reported what it runs
+        time.sleep(3 * (report or lease / 2))  # settled: every worker reported what it runs
         victim = names[len(names) // 2]
         before = c.running(names)
         lost = {t for t, ws in before.items() if ws == [victim]}
@@ -76,18 +81,17 @@ def _keeper_of(pid: int) -> int:
 
 
 def exec_run(tasks: int, lease: float, margin: float, tick: float,
-             report: float) -> dict[str, float]:
+             report: float | None) -> dict[str, float]:
     """One exec worker with ``tasks`` sleep processes: RSS, CPU, and a freeze past its lease."""
     c = Cluster([f"task-{i:03d}" for i in range(tasks)])
     try:
         c.start_supervisor(warmup=10, expect_workers=1, lease=lease, lease_margin=margin,
-                           tick=tick, report_interval=report, log_level="warning")
-        agent = c.start_worker("exec-0", max_load=tasks, report_interval=report,
-                               log_level="warning", handler="exec", exec="sleep 100000",
-                               stop_grace=1)
+                           tick=tick, log_level="warning")
+        agent = c.start_worker("exec-0", max_load=tasks, log_level="warning", handler="exec",
+                               exec="sleep 100000", stop_grace=1, **_reporting(report))
         wait_until(lambda: len(c.running(["exec-0"])) == tasks, timeout=60)
         keeper = _keeper_of(agent.pid)
-        time.sleep(2 * report)  # settled
+        time.sleep(2 * (report or lease / 2))  # settled
         cpu0, k0, t0 = _cpu_s(agent.pid), _cpu_s(keeper), time.monotonic()
         time.sleep(STEADY_S)
         wall = time.monotonic() - t0
@@ -118,7 +122,8 @@ def main() -> None:
     ap.add_argument("--lease", type=float, default=10.0, help="the supervisor's default")
     ap.add_argument("--margin", type=float, default=2.0, help="the supervisor's default")
     ap.add_argument("--tick", type=float, default=0.5, help="the supervisor's default")
-    ap.add_argument("--report-interval", type=float, default=1.0, help="the workers' default")
+    ap.add_argument("--report-interval", type=float, default=None,
+                    help="the workers' (default: theirs, half the lease)")
     args = ap.parse_args()
     runs = [one_run(args.tasks, args.workers, args.lease, args.margin, args.tick,
                     args.report_interval) for _ in range(args.repeat)]

@@ -89,6 +89,21 @@ def test_a_drain_waits_for_a_hand_off_in_flight_then_moves_the_task() -> None:
     assert not a.running and not c.running and sorted(h.owners()["t0"]) == ["b", "d"]
 
 
+def test_a_task_given_back_before_its_stop_was_reported_is_free_to_move_again() -> None:
+    # A stop that has not been reported pins the task; if the task comes back to that worker
+    # first, it runs on there, and the pin must go with the stop (or it would never move).
+    h = Harness(config(replicas=1), {"t0": 1.0, "t1": 1.0})
+    a = h.add(ModelWorker("a", max_load=2))
+    h.until(h.running)
+    h.step(1.0)
+    handoffs = h.core.assigner.handoffs
+    handoffs.stopping("a", ["t0"])  # as if a stop of t0 were on its way to a
+    h.core.assigner.sent("a", ("t0",))  # and then t0 was given back to it
+    assert "t0" not in handoffs.pinned
+    b = h.add(ModelWorker("b", max_load=2))  # a rebalance may move t0 now
+    h.until(lambda: len(a.running) == len(b.running) == 1, limit=10.0)
+
+
 @pytest.mark.parametrize("seed", range(60))
 def test_random_histories_never_give_a_task_more_than_replicas_plus_one_owners(
         seed: int) -> None:
