@@ -107,8 +107,7 @@ class SupervisorCore:
                 self.counters.stalls += 1
                 self._out.append(Log("warning", "the supervisor was busy without reading "
                                      "reports; silence and resend waits count from now",
-                                     {"busy_s": round(
-                                         seconds, 3)}))
+                                     {"busy_s": round(seconds, 3)}))
             case PeerGone(identity=identity):
                 rec = self.registry.peer_gone(identity, now)
                 if rec is not None:
