@@ -145,3 +145,10 @@ class Supervisor:
         from corral.client.control import request
 
         return request(self.control, verb, args, timeout=3.0)
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Replace ``path`` with ``value`` as JSON at once: a watching source never reads half."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)

@@ -6,11 +6,12 @@ nothing), and a task's spec reaches it — a changed spec restarts it with the n
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from .fleetprocs import journal, running_now, start_worker
-from .procs import Procs, Supervisor, wait_until
+from .procs import Procs, Supervisor, wait_until, write_json
 
 pytestmark = pytest.mark.e2e
 
@@ -61,15 +62,9 @@ class Recorder:
 '''
 
 
-def write_tasks(path: object, bitrate: int) -> None:
-    entries = [{"id": "cam-1", "spec": {"url": "rtsp://cam-1", "bitrate": bitrate}},
-               {"id": "cam-2", "spec": {"url": "rtsp://cam-2", "bitrate": bitrate}}]
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(entries, f)
-    import os
-
-    os.replace(tmp, str(path))  # the supervisor never reads half a file
+def write_tasks(path: Path, bitrate: int) -> None:
+    write_json(path, [{"id": f"cam-{i}", "spec": {"url": f"rtsp://cam-{i}", "bitrate": bitrate}}
+                      for i in (1, 2)])
 
 
 @pytest.mark.timeout(120)

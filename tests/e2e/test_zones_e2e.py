@@ -8,7 +8,6 @@ runs only on workers that have it, and with none alive it is pending with its re
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
@@ -16,7 +15,7 @@ import time
 import pytest
 
 from .fleetprocs import Span, intervals, running_now, start_worker, uncovered
-from .procs import BIN, Procs, Supervisor, wait_until
+from .procs import BIN, Procs, Supervisor, wait_until, write_json
 
 pytestmark = pytest.mark.e2e
 
@@ -74,15 +73,6 @@ def test_a_whole_zone_dies_and_no_task_loses_its_last_replica(procs: Procs) -> N
     # The supervisor agrees: nothing pending, nothing zone-degraded.
     wait_until(lambda: sup.ctl("status")["tasks_pending"] == 0, what="no pending replica")
     assert sup.ctl("status")["zone_degraded"] == 0
-
-
-def write_json(path: object, entries: list[dict[str, object]]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(entries, f)
-    import os
-
-    os.replace(tmp, str(path))  # the supervisor never reads half a file
 
 
 @pytest.mark.timeout(120)
