@@ -28,7 +28,11 @@ def write_once(db: Path, task: str, token: int) -> subprocess.CompletedProcess[s
 
 
 def rows(db: Path) -> list[tuple[str, int]]:
+    """What the writers wrote so far; none while the first writer is still making the file
+    and its tables (a reader can open the file in between)."""
     with sqlite3.connect(db) as conn:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'rows'").fetchone():
+            return []
         return [(t, n) for t, n in conn.execute("SELECT task, token FROM rows ORDER BY rowid")]
 
 
