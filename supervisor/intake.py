@@ -93,8 +93,10 @@ class Intake:
                     self._counters.stale_reports += 1
                     return _NONE
                 rec.last_seq = st.seq
-                rec.seen_sent_at = st.sent_at
+                rec.seen_sent_at = sent_at = st.sent_at
                 rec.last_received = now
+                if now - sent_at < rec.clock_offset:  # rec.heard, inline: the hot path
+                    rec.clock_offset = now - sent_at
                 if now - rec.last_sent_at >= self._dispatch.renew_every:
                     self._dispatch.renew(rec, now)
                     return self._take_out()

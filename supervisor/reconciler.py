@@ -3,12 +3,17 @@
 Judged on a worker's full reports (a settled worker's reports take the core's fast path and
 are not judged at all). Two questions, in order:
 
-1. Has it applied the last set that carried changes? If its report still shows an older set
-   after a report interval (doubled per resend, capped), the set was lost — or the report is
-   older than the set, under a backlog — and a reset converges either way.
+1. Has it applied the last set that carried changes? If a report it sent a wait (doubled per
+   resend, capped) after the set still shows an older one, the set was lost, and a reset
+   converges.
 2. Does its running set match its desired set? A difference that outlives one report interval
    (a task that died and was dropped, a stray one) is corrected: tasks it runs that are short
    of a replica there are adopted, the rest stopped; missing ones are sent again.
+
+Both are judged by when a report was *sent* (`WorkerRecord.sent_time`: its own clock plus the
+least delay seen from it), not when it was read: a supervisor behind on reading (a warm-up at
+100,000 workers) reads reports that crossed the sets it sent, and judging them by the time read
+sent the whole fleet its set again.
 """
 
 from __future__ import annotations
@@ -58,7 +63,10 @@ class Reconciler:
             epoch, seq = st.applied
             ours = self._life.epoch
             if epoch < ours or (epoch == ours and seq < rec.expect_seq):
-                if now - max(rec.expect_since, self._stalled_at) >= rec.resend_wait:
+                # Judged as of when the report was sent, not read: under a backlog (a warm-up
+                # at 100,000 workers) every report read is older than the sets just sent.
+                if rec.sent_time() - max(rec.expect_since, self._stalled_at) \
+                        >= rec.resend_wait:
                     # Back off, so an overloaded supervisor, whose every report is late, does
                     # not answer each one with yet another set.
                     self._counters.resends += 1
@@ -71,10 +79,11 @@ class Reconciler:
         if running.keys() == desired.keys():
             rec.mismatch_since = None
             return
+        sent = rec.sent_time()
         if rec.mismatch_since is None:
-            rec.mismatch_since = now
+            rec.mismatch_since = sent
             return
-        if now - max(rec.mismatch_since, self._stalled_at) < self._interval:
+        if sent - max(rec.mismatch_since, self._stalled_at) < self._interval:
             return
         fix = correction(running, desired)
         # A task it hands off and no longer runs has ended there: never start it again.

@@ -23,6 +23,7 @@ class WorkerRecord:
 
     __slots__ = (
         "active",
+        "clock_offset",
         "conflict",
         "contender",
         "desired",
@@ -62,11 +63,15 @@ class WorkerRecord:
         self.desired: Mapping[str, None] = {}
         self.refused: dict[int, None] = {}
         self.prev_incarnation = 0
-        self.new_incarnation(status, identity)
+        self.new_incarnation(status, identity, now)
 
-    def new_incarnation(self, status: Status, identity: bytes) -> None:
+    def new_incarnation(self, status: Status, identity: bytes, now: float) -> None:
         """Per-incarnation state starts over (a restarted worker process)."""
         self.incarnation = status.incarnation
+        # The least (our clock at reading) - (its clock at sending) seen: a report's send time
+        # on our clock is at most its sent_at + this (see `sent_time`). Its clock is its own
+        # process's: it starts over with the incarnation.
+        self.clock_offset = now - status.sent_at
         self.identity = identity
         # The last report whose content changed; a settled worker's later reports (same
         # digest) only move last_seq and seen_sent_at, the ones lease answers echo.
@@ -88,6 +93,17 @@ class WorkerRecord:
         self.got_reset = False
         self.resend_wait = 0.0  # the reconciler's: its first wait, doubled per resend
         self.digest = None
+
+    def heard(self, sent_at: float, now: float) -> None:
+        """A report sent at ``sent_at`` (its clock) was read at ``now`` (ours)."""
+        if now - sent_at < self.clock_offset:
+            self.clock_offset = now - sent_at
+
+    def sent_time(self) -> float:
+        """When its latest report was sent, on our clock (at most one least delay late). Under
+        a backlog a report is read long after it was sent; what it shows is judged as of then:
+        a set it does not show yet may simply have crossed it."""
+        return self.status.sent_at + self.clock_offset
 
     @property
     def display_state(self) -> str:

@@ -111,6 +111,7 @@ class Registry:
         rec.status = st
         rec.last_seq = st.seq
         rec.seen_sent_at = st.sent_at
+        rec.heard(st.sent_at, now)
         # The timeout is re-armed lazily: it fires at the old deadline, sees this later report
         # and moves itself to last_received + lease + margin. Same deadline, no timer work here.
         rec.last_received = now
@@ -138,7 +139,7 @@ class Registry:
         self.changes += 1
         was_active = rec.active
         rec.prev_incarnation = rec.incarnation
-        rec.new_incarnation(st, identity)
+        rec.new_incarnation(st, identity, now)
         rec.last_received = now
         self._counters.restarts += 1
         if not was_active:

@@ -62,6 +62,37 @@ def test_a_stall_restarts_the_resend_wait() -> None:
     assert h.core.counters.resends == 0
 
 
+@pytest.mark.parametrize("late", [0.5, 1.0, 3.0, 10.0])
+def test_a_report_read_late_is_judged_by_when_it_was_sent(late: float) -> None:
+    # Found by `scripts/bench scale` at 100,000 workers: no single long step, but reading fell
+    # more than a wait behind after the warm-up sent every worker its set; each report read
+    # then was older than the set and was taken for a lost set (215,000 resends).
+    h = Harness(config(lease=6.0, lease_margin=1.0, tick=0.5), {f"t{i}": 1.0 for i in range(6)})
+    a, b = ModelWorker("a"), ModelWorker("b")
+    start(h, a, b)
+    wait = h.core.reconciler.first_wait
+    queued = a.force_report(h.now)  # on its way before a saw the set below
+    h.run(verbs.call(h.core, "drain", {"worker": "b"}, h.now)[2])  # a is sent b's tasks
+    h.now += wait * late  # read only now (no stall: just a backlog)
+    h.deliver(a, queued)
+    assert h.core.counters.resends == 0, f"resent for a report read {wait * late:g} s late"
+    h.until(lambda: len(a.running) == 6 and not b.running, limit=5.0)
+    assert h.core.counters.resends == 0
+
+
+def test_a_set_lost_is_still_sent_again() -> None:
+    """The other side: reports sent well after a set that still do not show it mean it was
+    lost, and it goes out again (a reset)."""
+    h = Harness(config(lease=6.0, lease_margin=1.0, tick=0.5), {f"t{i}": 1.0 for i in range(6)})
+    a, b = ModelWorker("a"), ModelWorker("b")
+    start(h, a, b)
+    wait = h.core.reconciler.first_wait
+    actions = verbs.call(h.core, "drain", {"worker": "b"}, h.now)[2]
+    h.run([x for x in actions if getattr(x, "identity", None) != a.identity])  # a's set: lost
+    h.until(lambda: h.core.counters.resends >= 1, limit=wait + 3.0)
+    h.until(lambda: len(a.running) == 6 and not b.running, limit=5.0)
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_workers_back_in_one_batch_are_placed_once_and_within_capacity(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
