@@ -30,10 +30,12 @@ from .protocol import (
     ControlReply,
     ControlRequest,
     Message,
+    Status,
+    StatusGlance,
 )
 
 __all__ = ["MAX_FRAME_BYTES", "MAX_ID_CHARS", "MAX_TASKS", "MAX_TEXT_CHARS", "MAX_UINT",
-           "decode", "decode_as", "encode"]
+           "decode", "decode_as", "encode", "encoded", "glance_status"]
 
 MAX_PLAIN_DEPTH = 16
 
@@ -159,6 +161,29 @@ def decode_as(frame: bytes, cls: type[_M]) -> _M:
     if type(msg) is not cls:
         raise ProtocolError(f"expected a {_KIND_OF[cls]}, got a {KINDS[type(msg)]}")
     return msg
+
+
+_GLANCE = msgspec.msgpack.Decoder(
+    tuple[Literal[PROTOCOL_VERSION], Literal[KINDS[Status]], StatusGlance])  # type: ignore[valid-type]
+_raw = msgspec.msgpack.Encoder().encode
+
+
+def glance_status(frame: bytes) -> StatusGlance:
+    """A `Status` frame with its maps unread (`StatusGlance`); `ProtocolError` for a frame
+    that is not one (what `decode_as(frame, Status)` would say)."""
+    if type(frame) is bytes and len(frame) <= MAX_FRAME_BYTES:
+        try:
+            glance: StatusGlance = _GLANCE.decode(frame)[2]
+            return glance
+        except Exception:  # any failure: let decode() name it
+            pass
+    decode_as(frame, Status)  # raises, naming what is wrong
+    raise ProtocolError("a status whose maps are not msgpack maps")  # (cannot happen)
+
+
+def encoded(value: Any) -> bytes:
+    """A value's msgpack bytes, as a peer encodes it (a report's maps: `StatusGlance`)."""
+    return _raw(value)
 
 
 # msgspec's encoder also carries what its decoder produces (a timestamp in an application's

@@ -116,6 +116,31 @@ class Status(_Message, frozen=True):
     labels: Labels = msgspec.field(default_factory=dict)
 
 
+class StatusGlance(_Message, frozen=True):
+    """A `Status` frame read with its maps left as encoded bytes (not a message of its own:
+    `codec.glance_status`). A settled worker's report is the one it sent last time; the
+    supervisor tells that from these fields and the maps' bytes, and builds the maps' strings
+    only for a report that changed (`codec.decode_as(frame, Status)`, fully checked then).
+    The fields are `Status`'s, with the same checks."""
+
+    worker: Id
+    incarnation: UInt
+    seq: UInt
+    sent_at: Num
+    max_load: Num
+    running: msgspec.Raw
+    state: WorkerState = WorkerState.READY
+    utilization: Num = 0.0
+    qps: Num = 0.0
+    errors: Num = 0.0
+    applied: tuple[UInt, UInt] = (0, 0)
+    serve: Id | None = None
+    failures: msgspec.Raw = msgspec.Raw(b"\x80")  # an empty map
+    lease_held: bool = False
+    zone: Zone = ""
+    labels: msgspec.Raw = msgspec.Raw(b"\x80")
+
+
 class Instructions(_Message, frozen=True):
     """One instruction set for one worker incarnation; every one renews the worker's lease.
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
-from dataclasses import dataclass
 from enum import Enum
-from typing import Generic, TypeVar
+from operator import attrgetter
+from typing import Generic, NamedTuple, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
@@ -46,13 +46,17 @@ class TimerKind(Enum):
     POLL = "poll"
 
 
-@dataclass(frozen=True)
-class Fired(Generic[K]):
-    """One registration that came due: its key, kind and the deadline it was due at."""
+class Fired(NamedTuple, Generic[K]):
+    """One registration that came due: its key, kind and the deadline it was due at. (A named
+    tuple: at 100,000 workers a tick fires thousands, and a frozen dataclass costs ~3x more
+    to build.)"""
 
     key: K
     kind: TimerKind
     deadline: float
+
+
+_ORDER = attrgetter("deadline", "seq")
 
 
 class _Entry:
@@ -155,7 +159,7 @@ class TimerWheel(Generic[K]):
         self._hint = None
         if not due:
             return []
-        due.sort(key=lambda e: (e.deadline, e.seq))
+        due.sort(key=_ORDER)
         fired: list[Fired[K]] = []
         for e in due:
             del self._slots[e.tick % self._nslots][e.key]

@@ -35,6 +35,7 @@ from .events import (
     Fetch,
     Log,
     PeerGone,
+    RawReport,
     Report,
     Reports,
     RoleChanged,
@@ -87,7 +88,7 @@ class SupervisorCore:
     # -- the one entry point ------------------------------------------------------------------
 
     def handle(self, event: Event, now: float) -> list[Action]:
-        if type(event) is Report:  # the hot path: one per worker message
+        if type(event) is RawReport or type(event) is Report:  # the hot path
             return self._report(event, now)
         if type(event) is Reports:
             return self._reports(event.reports, now)
@@ -116,7 +117,7 @@ class SupervisorCore:
                 raise TypeError(f"not an event: {event!r}")
         return self._flush(now)
 
-    def _reports(self, reports: tuple[Report, ...], now: float) -> list[Action]:
+    def _reports(self, reports: tuple[Report | RawReport, ...], now: float) -> list[Action]:
         """One batch: each report as on its own, but placement once at the end."""
         out: list[Action] = []
         assigner, report = self.assigner, self._report

@@ -16,6 +16,7 @@ class Counters:
     stale_reports: int = 0  # not newer than the last from that worker: dropped
     impostor_reports: int = 0  # an id and incarnation from a connection not its own
     unauthorized_reports: int = 0  # Curve: a report under an id its key does not name
+    bad_task_maps: int = 0  # reports whose task maps were not valid (read past the glance)
     refused_reports: int = 0  # from an incarnation that was refused
     contested_ids: int = 0  # a second process reported under a live worker's id
     joins: int = 0

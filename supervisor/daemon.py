@@ -34,7 +34,6 @@ from corral.common.protocol import (
     ControlError,
     ControlReply,
     ControlRequest,
-    Status,
 )
 
 from . import epochs, metrics, verbs
@@ -49,7 +48,7 @@ from .events import (
     Log,
     PeerGone,
     PersistEpoch,
-    Report,
+    RawReport,
     Reports,
     RoleChanged,
     Send,
@@ -236,10 +235,10 @@ class Daemon:
         """Handle every ready worker message (up to MAX_BATCH), as one batch (`Reports`:
         placement that arrivals ask for runs once for all of them); returns how many."""
         router, io = self.router, self.io
-        recv, more, decode_as = router.recv, router.get, codec.decode_as
+        recv, more, glance_status = router.recv, router.get, codec.glance_status
         key_names = self.key_names
         key_name = None
-        batch: list[Report] = []
+        batch: list[RawReport] = []
         n = 0
         while n < MAX_BATCH:
             try:
@@ -259,13 +258,13 @@ class Daemon:
                     recv(NOBLOCK)
                 io.bad_frames += 1
                 continue
-            try:
-                msg = decode_as(payload, Status)
+            try:  # the task maps stay encoded: the core reads them only if they changed
+                glance = glance_status(payload)
             except ProtocolError as exc:
                 io.decode_errors += 1
                 self.log.debug("bad frame from a worker", error=str(exc))
                 continue
-            batch.append(Report(identity, msg, key_name))
+            batch.append(RawReport(identity, glance, payload, key_name))
         io.messages_in += n
         if len(batch) == 1:
             self._step(batch[0], now)

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from corral.common.protocol import Instructions, Refusal, Status
+from corral.common.protocol import Instructions, Refusal, Status, StatusGlance
 from corral.common.tasklist import TaskEntry
 
 from .ha import Role
@@ -35,13 +35,25 @@ class Report(_Frozen, frozen=True):
     key_name: str | None = None
 
 
+class RawReport(_Frozen, frozen=True):
+    """A report as the daemon reads it: the frame, and its fields with the task maps still
+    encoded (`StatusGlance`). The core decodes the maps only when the report is not the one
+    the worker sent last time; most are (a settled fleet), and building their strings was the
+    biggest cost of a report at 100,000 workers."""
+
+    identity: bytes
+    glance: StatusGlance
+    frame: bytes
+    key_name: str | None = None
+
+
 class Reports(_Frozen, frozen=True):
     """Every report the daemon read in one wake-up, handled as one batch: placement that
     arrivals ask for (a worker joining or back, a capacity change) runs once, at the end —
     after a stall, thousands of workers come back together, and placing pending replicas
     once per arrival would cost O(pending) each."""
 
-    reports: tuple[Report, ...]
+    reports: tuple[Report | RawReport, ...]
 
 
 class TasksFetched(_Frozen, frozen=True):
@@ -84,7 +96,8 @@ class Stalled(_Frozen, frozen=True):
     seconds: float
 
 
-Event = Report | Reports | TasksFetched | RoleChanged | Command | PeerGone | Tick | Stalled
+Event = (Report | RawReport | Reports | TasksFetched | RoleChanged | Command | PeerGone | Tick
+         | Stalled)
 
 # -- actions -----------------------------------------------------------------------------------
 

@@ -13,10 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from corral.common.codec import decode_as, encoded
+from corral.common.errors import ProtocolError
 from corral.common.protocol import (
     REFUSE_DUPLICATE_ID,
     REFUSE_UNAUTHORIZED,
     Refusal,
+    Status,
+    StatusGlance,
     WorkerState,
     token_epoch,
 )
@@ -27,7 +31,7 @@ from .config import SupervisorConfig
 from .convergence import Convergence
 from .counters import Counters
 from .dispatch import Dispatch
-from .events import Action, Log, PersistEpoch, Report, Send
+from .events import Action, Log, PersistEpoch, RawReport, Report, Send
 from .feed import Feed
 from .lifecycle import Lifecycle, Phase
 from .reconciler import Reconciler
@@ -35,6 +39,7 @@ from .records import WorkerRecord
 from .registry import Outcome, Registry
 
 _NONE: list[Action] = []
+_EMPTY_MAP = encoded({})
 _SAME_PROCESS = (Outcome.REVIVED, Outcome.CHANGED, Outcome.UNCHANGED)
 
 
@@ -68,26 +73,29 @@ class Intake:
         self._out.clear()
         return out
 
-    def report(self, ev: Report, now: float) -> list[Action]:
+    def report(self, ev: Report | RawReport, now: float) -> list[Action]:
         """Most reports come from a settled worker saying what it said last time. Their
-        digest — computed from the report just decoded, which is in the CPU cache — matches
-        the one kept on the record, so the report only moves the seq and the clocks. At fleet
-        scale the cost of a report is cache misses on per-worker objects, not bytecode: this
-        path touches a handful, the full path dozens. ``applied`` is not in the digest: a
-        settled worker has applied every set with content (so later ones are renewals), and
-        each renewal would otherwise break the fast path for the next report."""
+        digest — of the fields that matter and the task maps' bytes, as read (`RawReport`:
+        the maps are not even decoded) — matches the one kept on the record, so the report
+        only moves the seq and the clocks. At fleet scale the cost of a report is
+        allocations and cache misses on per-worker objects, not bytecode: this path touches
+        a handful, the full path dozens. ``applied`` is not in the digest: a settled worker
+        has applied every set with content (so later ones are renewals), and each renewal
+        would otherwise break the fast path for the next report."""
         self._counters.reports += 1
-        st = ev.status
+        if isinstance(ev, RawReport):
+            st: Status | StatusGlance = ev.glance
+            running_b, failures_b = bytes(ev.glance.running), bytes(ev.glance.failures)
+        else:
+            st = ev.status
+            running_b = encoded(st.running) if st.running else _EMPTY_MAP
+            failures_b = encoded(st.failures) if st.failures else _EMPTY_MAP
         if self._curve and ev.key_name != st.worker:
-            return self._unauthorized(ev)
+            return self._unauthorized(ev.identity, ev.key_name, st.worker, st.incarnation)
         rec = self._registry.records.get(st.worker)
         if rec is not None:
-            running, failures = st.running, st.failures
-            digest = hash((
-                ev.identity, st.incarnation, st.state, st.max_load, st.serve,
-                st.lease_held, tuple(running.items()) if running else None,
-                tuple(failures.items()) if failures else None,
-            ))
+            digest = hash((ev.identity, st.incarnation, st.state, st.max_load, st.serve,
+                           st.lease_held, running_b, failures_b))
             if digest == rec.digest:
                 if st.seq <= rec.last_seq:
                     self._counters.stale_reports += 1
@@ -103,8 +111,18 @@ class Intake:
                 return _NONE
         else:
             digest = None
+        if isinstance(ev, RawReport):  # not the report it sent last time: read it all
+            try:
+                full = Report(ev.identity, decode_as(ev.frame, Status), ev.key_name)
+            except ProtocolError as exc:
+                self._counters.bad_task_maps += 1
+                self._out.append(Log("debug", "bad task maps in a report",
+                                     {"worker": st.worker, "error": str(exc)}))
+                return self._take_out()
+        else:
+            full = ev
         self._feed.at(now)
-        self._full_report(ev, now, digest)
+        self._full_report(full, now, digest)
         return self._flush(now)
 
     def _full_report(self, ev: Report, now: float, digest: int | None) -> None:
@@ -235,11 +253,11 @@ class Intake:
         if self._life.leader:
             self._out.append(Send(identity, Refusal(self._life.epoch, incarnation, code, reason)))
 
-    def _unauthorized(self, ev: Report) -> list[Action]:
+    def _unauthorized(self, identity: bytes, name: str | None, worker: str,
+                      incarnation: int) -> list[Action]:
         """Curve: a report under an id its key does not name is counted and refused."""
         self._counters.unauthorized_reports += 1
-        name = ev.key_name
-        reason = (f"this worker's key is authorised as {name!r}, not as {ev.status.worker!r}"
+        reason = (f"this worker's key is authorised as {name!r}, not as {worker!r}"
                   if name else "this worker's key is not authorised")
-        self._refuse(ev.identity, ev.status.incarnation, REFUSE_UNAUTHORIZED, reason)
+        self._refuse(identity, incarnation, REFUSE_UNAUTHORIZED, reason)
         return self._take_out()

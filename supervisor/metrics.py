@@ -24,6 +24,7 @@ COUNTERS = {
     "impostor_reports": "reports under another connection's id and incarnation",
     "unauthorized_reports": "reports under an id the sender's Curve key does not name",
     "refused_reports": "reports from refused incarnations",
+    "bad_task_maps": "reports whose task maps were not valid (dropped)",
     "decode_errors": "frames that were not valid messages",
     "bad_frames": "messages with the wrong number of frames",
     "control_errors": "control requests answered with an error",

@@ -17,11 +17,20 @@ from typing import Any
 
 import msgspec
 
+from corral.common.codec import encode, glance_status
 from corral.common.protocol import Instructions, Refusal, Status, make_token
 from corral.common.tasklist import TaskEntry
 from corral.supervisor.config import SupervisorConfig
 from corral.supervisor.core import SupervisorCore
-from corral.supervisor.events import Fetch, PersistEpoch, Report, Send, Stop, TasksFetched, Tick
+from corral.supervisor.events import (
+    Fetch,
+    PersistEpoch,
+    RawReport,
+    Send,
+    Stop,
+    TasksFetched,
+    Tick,
+)
 from corral.supervisor.lifecycle import Phase
 from corral.worker import events as wev
 from corral.worker.config import WorkerConfig
@@ -210,8 +219,12 @@ class Harness:
                 self.logs.append((a.level, a.event))
 
     def deliver(self, w: ModelWorker, status: Status | None) -> None:
+        """``status`` reaches the supervisor as the daemon hands it over: a frame with its
+        task maps still encoded (`RawReport`)."""
         if status is not None and w.exited is None:
-            self.run(self.core.handle(Report(w.identity, status), self.now))
+            frame = encode(status)
+            self.run(self.core.handle(RawReport(w.identity, glance_status(frame), frame),
+                                      self.now))
 
     def report(self, w: ModelWorker) -> None:
         """A report from ``w`` now, due or not."""

@@ -5,9 +5,19 @@ from __future__ import annotations
 
 import json
 
-from corral.common.protocol import Instructions, Refusal, Status, make_token, token_epoch
+import msgspec
+
+from corral.common.codec import glance_status
+from corral.common.protocol import (
+    PROTOCOL_VERSION,
+    Instructions,
+    Refusal,
+    Status,
+    make_token,
+    token_epoch,
+)
 from corral.supervisor import verbs
-from corral.supervisor.events import Report
+from corral.supervisor.events import RawReport, Report
 from corral.supervisor.lifecycle import Phase
 
 from .fleet import Harness, ModelWorker, config
@@ -426,3 +436,38 @@ def test_tasks_in_a_hand_off_are_listed_and_the_feed_says_who_moved_what() -> No
     assert {e["task"] for e in moves} == moving and all(e["cost"] == 1.0 for e in moves)
     assert page["epoch"] == h.core.life.epoch and page["missed"] == 0
     h.until(lambda: not rows(h, "tasks", handoffs=True)["tasks"], limit=10)
+
+
+def test_a_settled_report_takes_the_fast_path_read_either_way() -> None:
+    """The daemon hands reports over with their task maps still encoded (`RawReport`); the
+    digest of a settled worker's report is the same read that way or in full (`Report`), so
+    either is recognised as the report it sent last time and only moves the seq."""
+    h = Harness(config(), dict(TASKS))
+    w = ModelWorker("w", max_load=20)
+    start(h, w)
+    rec = h.core.registry.get("w")
+    assert rec is not None and rec.digest is not None, "settled"
+    kept = rec.status
+    st = w.force_report(h.now)
+    assert st.running == kept.running
+    h.run(h.core.handle(Report(w.identity, st), h.now))
+    assert rec.status is kept and rec.last_seq == st.seq, "the full report took the slow path"
+    h.report(w)  # a RawReport (fleet.py)
+    assert rec.status is kept and rec.last_seq > st.seq
+
+
+def test_a_report_with_bad_task_maps_is_counted_and_dropped() -> None:
+    """Task maps are checked only when a report changed; bad ones are then counted and the
+    report dropped — nothing else changes, nothing raises."""
+    h = Harness(config(), dict(TASKS))
+    w = ModelWorker("w", max_load=20)
+    start(h, w)
+    owners = h.owners()
+    for i, bad in enumerate([{"": 1}, [1, 2], {"t00": -1}, {"t00": "x"}, 7]):
+        body = {"worker": "w", "incarnation": w.incarnation, "seq": 10**6 + i,
+                "sent_at": h.now, "max_load": 20.0, "running": bad}
+        frame = msgspec.msgpack.encode((PROTOCOL_VERSION, "status", body))
+        h.run(h.core.handle(RawReport(w.identity, glance_status(frame), frame), h.now))
+        assert h.core.counters.bad_task_maps == i + 1
+    h.step(1.0)
+    assert h.owners() == owners
