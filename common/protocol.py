@@ -81,8 +81,12 @@ class WorkerState(StrEnum):
     LAME_DUCK = "lame_duck"
 
 
-class _Message(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    """Frozen, unknown fields refused, and fields at their default left off the wire."""
+class _Message(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True,
+               gc=False):
+    """Frozen, unknown fields refused, and fields at their default left off the wire. Not
+    tracked by Python's cycle collector (``gc=False``): a message is a tree of plain values
+    and can be in no cycle, and at 100,000 workers the collector's passes, set off by the
+    objects each report allocates, took a quarter of the supervisor's CPU."""
 
 
 class Status(_Message, frozen=True):

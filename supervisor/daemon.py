@@ -19,6 +19,7 @@ Lifecycle of the daemon object (not the core's phases)::
 
 from __future__ import annotations
 
+import gc
 import signal
 import time
 from collections import deque
@@ -77,6 +78,10 @@ COALESCE_S = 0.01
 # A step that keeps the loop from reading for longer than this (a full placement of a very
 # large task list) is reported to the core as a stall: worker silence counts from its end.
 STALL_S = 1.0
+# A step this long made long-lived objects: they are moved out of the cycle collector's sight
+# (gc.freeze). They are still freed by reference counting; only garbage in a cycle that was
+# alive at that moment would be kept, and our state holds none.
+FREEZE_AFTER_S = 0.05
 _TICK = Tick()
 
 
@@ -226,6 +231,12 @@ class Daemon:
         if c.assignment_events != before:
             self.io.assignment_seconds += busy
         self._execute(actions)
+        if busy > FREEZE_AFTER_S:
+            # What a long step built (a placement, a rebuild: millions of objects) lives as
+            # long as the assignment. Out of the collector's sight it is not scanned again by
+            # every full collection (a quarter of the CPU at 100,000 workers). O(1).
+            gc.freeze()
+            self.io.gc_freezes += 1
         if busy > STALL_S:
             self._execute(self.core.handle(Stalled(busy), self.clock()))
 
@@ -244,16 +255,16 @@ class Daemon:
             try:
                 identity = recv(NOBLOCK)
                 # A ROUTER message has the peer's identity and at least one frame, atomically.
-                if key_names is None:
-                    payload = recv(NOBLOCK)
-                else:  # Curve: the frame says whose key sent it
-                    frame = recv(NOBLOCK, copy=False)
-                    payload = frame.bytes
-                    key_name = key_names.get(str(frame.get("User-Id")))
+                # The frame object answers "more?" without a getsockopt (which builds an enum
+                # per call: measured ~7 % of the supervisor at 100,000 workers).
+                frame = recv(NOBLOCK, copy=False)
             except zmq.Again:
                 break
             n += 1
-            if more(RCVMORE):  # a worker sends one frame; drop the rest of this message
+            payload = frame.bytes
+            if key_names is not None:  # Curve: the frame says whose key sent it
+                key_name = key_names.get(str(frame.get("User-Id")))
+            if frame.more:  # a worker sends one frame; drop the rest of this message
                 while more(RCVMORE):
                     recv(NOBLOCK)
                 io.bad_frames += 1
