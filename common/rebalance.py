@@ -111,8 +111,8 @@ class Search:
         tops = sorted({book.top_of[w] for w in book.open}) if topo.zoned else [""]
         self.groups: dict[str, list[Entry]] = {g: [] for g in tops}
         self.entry: dict[str, Entry] = {}
-        for w in book.open:
-            self._put(w)
+        for w in book.open:  # appended, then sorted once: inserting each in order was
+            self._put(w, keep_sorted=False)  # O(W²) (4-9 s a pass at 100,000 workers)
         for lst in self.groups.values():
             lst.sort()
         util = book.util
@@ -128,13 +128,16 @@ class Search:
     def _group(self, worker: str) -> list[Entry]:
         return self.groups[self.book.top_of[worker] if self.book.topo.zoned else ""]
 
-    def _put(self, worker: str) -> None:
+    def _put(self, worker: str, keep_sorted: bool = True) -> None:
         book = self.book
         cap, load = book.cap[worker], book.load[worker]
         if load + self.cmin <= cap + EPS:
             e = ((load + self.cmin) / cap, cap, book.rank[worker], worker)
             self.entry[worker] = e
-            insort(self._group(worker), e)
+            if keep_sorted:
+                insort(self._group(worker), e)
+            else:
+                self._group(worker).append(e)
 
     def _reposition(self, worker: str) -> None:
         old = self.entry.pop(worker, None)

@@ -120,7 +120,8 @@ class Supervisor:
             elif time.monotonic() - since >= 2 * REPORT_INTERVAL:
                 return since
             time.sleep(0.5)
-        raise RuntimeError(f"still sending sets after {timeout:g} s")
+        raise RuntimeError(f"still sending sets after {timeout:g} s: (assignment events, "
+                           f"resends, reconciliations) = {last}")
 
     def kill(self) -> None:
         assert self.proc is not None

@@ -131,3 +131,22 @@ def test_workers_back_in_one_batch_are_placed_once_and_within_capacity(
     h.until(lambda: all(set(w.running) == set(p.view.tasks_of(w.id)) for w in workers), limit=20)
     for task in p.view.pending():
         assert p.view.pending_reason(task)
+
+
+def test_passes_wait_while_a_budget_of_hand_offs_is_in_flight() -> None:
+    # Found by `scripts/bench scale` at 100,000 workers: a supervisor behind on reading
+    # confirmations ran a pass (an O(fleet) search) every interval only to find its plan
+    # pinned by the last passes' hand-offs, and so never caught up.
+    cfg = config(lease=10.0, lease_margin=2.0, tick=0.5, move_budget=2, replicas=1)
+    h = Harness(cfg, {f"t{i:02d}": 1.0 for i in range(12)})
+    a, b = ModelWorker("a", max_load=12), ModelWorker("b", max_load=12)
+    start(h, a, b)
+    c = h.add(ModelWorker("c", max_load=12))
+    conv = h.core.converge
+    # a and b do not report: the tasks they hand over stay pinned (their stops unconfirmed).
+    h.until(lambda: len(h.core.assigner.handoffs.pinned) >= 2, limit=8.0, silent=(a, b))
+    passes = h.core.counters.rebalance_moves
+    h.step(h.core.config.report_interval * 2, silent=(a, b))
+    assert conv.skipped >= 1 and h.core.counters.rebalance_moves == passes
+    h.until(lambda: conv.balanced and not h.core.assigner.handoffs.pinned, limit=60.0)
+    assert len(c.running) == 4 and len(a.running) == len(b.running) == 4
