@@ -60,8 +60,13 @@ def test_a_router_and_corralctl_follow_the_leader_across_a_failover(
     tasks.write_text("".join(f"t{i}\n" for i in range(6)))
     sups = []
     for name in ("sup-a", "sup-b"):
+        # A worker's lease must outlast the election plus the new leader's first sets (its
+        # renewals). At lease 6 (a report every 3 s) a lease renewed up to 3 s before the
+        # kill ends 3-6 s after it, and the survivor (ha_ttl 2) sends its sets ~2.5 s after
+        # it: half a second of margin, lost once on a loaded CI machine (a worker without a
+        # lease answers not_owner). Lease 10 leaves 2.5 s or more.
         s = Supervisor(procs, f"file:{tasks}", name=name, ha=etcd.endpoint, ha_ttl=2.0,
-                       warmup=1, lease=6.0, tick=0.25, expect_workers=2)
+                       warmup=1, lease=10.0, tick=0.25, expect_workers=2)
         sups.append(s)
     endpoints = ",".join(s.endpoint for s in sups)
     controls = [s.control for s in sups]
