@@ -165,7 +165,6 @@ def decode_as(frame: bytes, cls: type[_M]) -> _M:
 
 _GLANCE = msgspec.msgpack.Decoder(
     tuple[Literal[PROTOCOL_VERSION], Literal[KINDS[Status]], StatusGlance])  # type: ignore[valid-type]
-_raw = msgspec.msgpack.Encoder().encode
 
 
 def glance_status(frame: bytes) -> StatusGlance:
@@ -181,14 +180,14 @@ def glance_status(frame: bytes) -> StatusGlance:
     raise ProtocolError("a status whose maps are not msgpack maps")  # (cannot happen)
 
 
-def encoded(value: Any) -> bytes:
-    """A value's msgpack bytes, as a peer encodes it (a report's maps: `StatusGlance`)."""
-    return _raw(value)
-
-
 # msgspec's encoder also carries what its decoder produces (a timestamp in an application's
 # body comes back as a datetime), so every decoded message re-encodes.
 _encode = msgspec.msgpack.Encoder().encode
+
+
+def encoded(value: Any) -> bytes:
+    """A value's msgpack bytes, as a peer encodes it (a report's maps: `StatusGlance`)."""
+    return _encode(value)
 
 
 def encode(msg: Message) -> bytes:
