@@ -315,6 +315,33 @@ class Ledger:
         self.recheck(task)
         self.version += 1
 
+    def link_many(self, worker: str, tasks: list[str]) -> None:
+        """`link` for many tasks of one worker (a rebuild adopting what it runs): the worker's
+        figures move once."""
+        if not tasks:
+            return
+        if self.journal is not None:
+            for task in tasks:
+                self._save(task, worker)
+        owners_of, want, default, pending = self.owners, self.want, self.replicas, self.pending
+        cost, zoned = self.cost, self.topo.zoned
+        load = self.load[worker]
+        for task in tasks:
+            old = owners_of[task]
+            assert worker not in old, f"{task} linked to {worker} twice"
+            owners = owners_of[task] = (*old, worker)
+            if not old:
+                self.bare -= 1
+            if len(owners) >= want.get(task, default):
+                pending.pop(task, None)
+            load += cost[task]
+            if zoned:
+                self.recheck(task)
+        self.tasks_of[worker].update(dict.fromkeys(tasks))
+        self.load[worker] = load
+        self.touch(worker)
+        self.version += 1
+
     def unlink(self, task: str, worker: str) -> None:
         self._save(task, worker)
         owners = self.owners[task] = tuple(o for o in self.owners[task] if o != worker)

@@ -161,9 +161,14 @@ class Placement:
             b.add_plain(dict.fromkeys((t for t in tasks if t not in b.cost), 1.0))
             return
         plain: dict[str, float] = {}
+        known = b.cost
         for task, spec in tasks.items():
+            if type(spec) is float and 0.0 < spec < math.inf:  # the usual task, checked inline
+                if task not in known:
+                    plain[task] = spec
+                continue
             cost, want, need = _shape(task, spec)
-            if task in b.cost:
+            if task in known:
                 continue
             if want is None and not need:
                 plain[task] = cost
@@ -233,6 +238,34 @@ class Placement:
         if verdict:
             self.book.link(task, worker)
         return verdict
+
+    def assign_many(self, worker: str, tasks: Iterable[str]) -> list[str]:
+        """`assign` for many tasks of one worker, in order (a rebuild adopting what each
+        worker runs): the same checks, the worker's figures moved once. Returns the tasks it
+        took; the rest were refused (see `can_assign` for why)."""
+        b = self.book
+        if worker not in b.cap:
+            return []
+        room, load = b.cap[worker] + EPS, b.load[worker]
+        owners_of, cost, want, default = b.owners, b.cost, b.want, b.replicas
+        excluded, need, labels = b.excluded, b.need, b.labels[worker]
+        take: list[str] = []
+        for task in dict.fromkeys(tasks):
+            owners = owners_of.get(task)
+            if owners is None or worker in owners or len(owners) >= want.get(task, default):
+                continue
+            if excluded and worker in excluded.get(task, ()):
+                continue
+            wanted = need.get(task) if need else None
+            if wanted and not wanted <= labels:
+                continue
+            c = cost[task]
+            if load + c > room:
+                continue
+            load += c
+            take.append(task)
+        b.link_many(worker, take)
+        return take
 
     def unassign(self, task: str, worker: str) -> bool:
         """Take one replica off a worker (it becomes pending)."""

@@ -17,7 +17,6 @@ from typing import Any
 
 from corral.common.placement import Mode, Placement, TaskShape
 from corral.common.protocol import WorkerState
-from corral.common.reconcile import resolve_claims
 from corral.common.tasklist import TaskEntry
 from corral.common.timerwheel import TimerWheel
 
@@ -32,7 +31,7 @@ from .records import WorkerRecord
 INCLUDE = "include"  # timer key tag: a task may go back to a worker it kept failing on
 
 
-def _shape(entry: TaskEntry) -> float | TaskShape:
+def shape_of(entry: TaskEntry) -> float | TaskShape:
     """What placement needs of a task entry (its spec is the worker's business): the bare
     cost for a plain task — a `TaskShape` validates, which at a million tasks costs seconds
     the supervisor spends deaf to its workers."""
@@ -91,13 +90,13 @@ class Assigner:
         self._deferring = False
         if self._place_due:
             self._place_due = False
-            self._place(PLACED)
+            self.place(PLACED)
 
     def _place_soon(self) -> None:
         if self._deferring:
             self._place_due = True
         else:
-            self._place(PLACED)
+            self.place(PLACED)
 
     def sent(self, worker: str, add: Collection[str], stop: Iterable[str] = ()) -> None:
         """``worker`` was told to run ``add`` and to stop ``stop``. What it stops stays pinned
@@ -124,7 +123,7 @@ class Assigner:
             return Mode.HOLD
         return Mode.ELIGIBLE
 
-    def _upsert(self, rec: WorkerRecord) -> None:
+    def upsert(self, rec: WorkerRecord) -> None:
         """Tell placement the worker's capacity, mode, failure domain and labels. A zone or
         labels that changed (a new incarnation started elsewhere, or differently) make it a
         new worker to placement: its replicas move as for a leave, then it joins afresh."""
@@ -141,7 +140,7 @@ class Assigner:
         """A worker joins (or comes back) while running: adopt what it runs that is short of
         replicas, place what is pending, and reset it to its desired set."""
         p = self.placement
-        self._upsert(rec)
+        self.upsert(rec)
         if rec.status.state is not WorkerState.LAME_DUCK:
             for task in rec.status.running:
                 p.assign(task, rec.id)  # refused unless it is short, fits and is allowed
@@ -154,7 +153,7 @@ class Assigner:
         """Its state, max load or drained flag changed."""
         if not self.placement.view.has_worker(rec.id):
             return
-        self._upsert(rec)
+        self.upsert(rec)
         if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
             self.drain(rec, now)
         else:
@@ -168,7 +167,7 @@ class Assigner:
             had[worker] = len(self.placement.view.tasks_of(worker))
             self.handoffs.forget_worker(worker)
             self.placement.remove_worker(worker)
-        self._place("worker gone", source=workers[0] if len(workers) == 1 else None)
+        self.place("worker gone", source=workers[0] if len(workers) == 1 else None)
         for worker in workers:
             self.changes.diff.workers.pop(worker, None)
         return had
@@ -183,9 +182,9 @@ class Assigner:
                 continue
             p.unassign(task, rec.id)
             handoffs.start(task, rec.id)
-        self._place("drain", source=rec.id)
+        self.place("drain", source=rec.id)
 
-    def _place(self, reason: str, source: str | None = None) -> None:
+    def place(self, reason: str, source: str | None = None) -> None:
         """Place what is pending. Replicas that *move* (a worker gone, drained, failing) go
         to the feed one by one; a first placement (new tasks) as one line."""
         diff = self.placement.place()
@@ -205,38 +204,23 @@ class Assigner:
 
     # -- task lists ----------------------------------------------------------------------------
 
-    def rebuild(self, tasks: Mapping[str, TaskEntry], active: list[WorkerRecord],
-                now: float) -> None:
-        """The first task list after warm-up: keep what workers already run (a task claimed by
-        more than ``replicas`` workers keeps the newest assignments: highest fencing token,
-        then the lowest id), place the rest, and send every worker its whole set as a reset."""
-        p = self.placement
+    def start_list(self, tasks: Mapping[str, TaskEntry]) -> None:
+        """The first task list after the warm-up becomes the current one (`Rebuild` adds its
+        tasks to placement, a slice at a time)."""
         self.entries = dict(tasks)
         self.listed = True
         self.task_generation += 1
-        p.add_tasks({t: _shape(e) for t, e in tasks.items()})
-        claims: dict[str, list[tuple[str, int]]] = {}
-        for rec in active:
-            self._upsert(rec)
-            for task, token in rec.status.running.items():
-                if task in tasks:
-                    claims.setdefault(task, []).append((rec.id, token))
-        kept, surplus = resolve_claims(claims, p.view.replicas_of)
-        for task, ws in kept.items():
-            for w in ws:
-                p.assign(task, w)
-        if surplus:
-            self._out.append(Log("warning", "tasks ran on more workers than replicas; extra "
-                                 "copies stop", {"tasks": len(surplus),
-                                                 "copies": sum(map(len, surplus.values()))}))
-        for rec in active:
-            p.enforce_capacity(rec.id)
-        for rec in active:
-            if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
-                self.drain(rec, now)
-        self._place(PLACED)
-        for rec in active:
-            self.changes.reset(rec.id)
+
+    def join_placement(self, rec: WorkerRecord) -> None:
+        """A worker joins placement during a rebuild: its capacity, mode, failure domain and
+        labels. New to placement, it sheds nothing, so there is no diff to send."""
+        st = self.placement.upsert_worker(rec.id, rec.status.max_load, self.mode(rec),
+                                          zone=rec.status.zone, labels=rec.status.labels)
+        assert not st, "a worker new to placement had tasks to shed"
+        rec.desired = self.placement.view.tasks_of(rec.id)
+
+    def log(self, line: Log) -> None:
+        self._out.append(line)
 
     def apply(self, tasks: Mapping[str, TaskEntry]) -> tuple[int, int, int]:
         """A new task list while running: (added, removed, respecified)."""
@@ -244,8 +228,8 @@ class Assigner:
         removed = [t for t in p.view.tasks if t not in tasks]
         added = {t: e for t, e in tasks.items() if t not in old}
         changed = [t for t, e in tasks.items() if t in old and old[t].spec != e.spec]
-        reshaped = {t: _shape(e) for t, e in tasks.items()
-                    if t in old and _shape(old[t]) != _shape(e)}
+        reshaped = {t: shape_of(e) for t, e in tasks.items()
+                    if t in old and shape_of(old[t]) != shape_of(e)}
         self.entries = dict(tasks)
         if removed or added:
             self.task_generation += 1
@@ -264,9 +248,9 @@ class Assigner:
         if reshaped:  # cost, replicas or required labels: surplus or misfit replicas stop
             self.changes.diff.merge(p.upsert_tasks(reshaped))
         if added:
-            p.add_tasks({t: _shape(e) for t, e in added.items()})
+            p.add_tasks({t: shape_of(e) for t, e in added.items()})
         if added or reshaped:
-            self._place(PLACED)
+            self.place(PLACED)
         return len(added), len(removed), len(changed) + len(reshaped)
 
     # -- reports -------------------------------------------------------------------------------
@@ -304,12 +288,12 @@ class Assigner:
                                      {"task": task, "worker": rec.id, "failures": n}))
                 moved = True
         if moved:
-            self._place("failing", source=rec.id)
+            self.place("failing", source=rec.id)
 
     def include(self, task: str, worker: str) -> None:
         """A failure cool-down ended: the task may go back to that worker."""
         self.placement.include(task, worker)
-        self._place(PLACED)
+        self.place(PLACED)
 
     def adopt(self, rec: WorkerRecord, task: str) -> bool:
         """``rec`` runs ``task`` although not told to: keep it if the task is short of a

@@ -49,6 +49,7 @@ from .ha import Role
 from .intake import Intake
 from .lifecycle import Lifecycle, Phase, RoleChange
 from .queries import Queries
+from .rebuild import SLICE, Rebuild
 from .reconciler import Reconciler
 from .records import WorkerRecord
 from .registry import FORGET, Registry
@@ -81,6 +82,8 @@ class SupervisorCore:
         self.intake = Intake(config, self.counters, self.wheel, self.life, self.registry,
                              self.assigner, self.reconciler, self.dispatch, self.converge,
                              self.feed, self._out, self._flush, self._end_warmup)
+        self.rebuilding: Rebuild | None = None  # the warm-up's rebuild, while in slices
+        self.rebuild_slice = SLICE
         self.queries = Queries(self)
         self._report = self.intake.report
         self.wheel.schedule_timeout(WARMUP, now + config.warmup)
@@ -132,8 +135,16 @@ class SupervisorCore:
         out.extend(self._flush(now))
         return out
 
+    @property
+    def busy(self) -> bool:
+        """Work is cut into slices (a rebuild): the next `Tick` is due at once, after the
+        reports that arrived meanwhile were read."""
+        return self.rebuilding is not None
+
     def next_deadline(self) -> float | None:
-        """When the next `Tick` has something to do."""
+        """When the next `Tick` has something to do (at once while `busy`)."""
+        if self.rebuilding is not None:
+            return float("-inf")
         due = self.wheel.next_deadline()
         until = self.life.leader_until
         if until != float("inf") and self.life.leader:
@@ -170,6 +181,8 @@ class SupervisorCore:
                 self.registry.forget(key[1])
         if silent:
             self._timed_out(silent, now)
+        if self.rebuilding is not None:
+            self._rebuild_step(now)
 
     def _timed_out(self, silent: list[WorkerRecord], now: float) -> None:
         """Workers silent past lease + margin: their replicas move, placed once for all of
@@ -211,16 +224,12 @@ class SupervisorCore:
                 self.wheel.schedule_timeout(QUERY_RETRY, now + self.config.query_retry)
             return
         if life.phase is Phase.QUERYING:
-            active = sorted((r for r in self.registry if r.active), key=lambda r: r.id)
-            self.assigner.rebuild(tasks, active, now)
-            life.start_running()
-            interval = self.config.query_interval
-            self.wheel.schedule_poll(QUERY, interval, now + interval)
-            self._out.append(Log("info", "running", {
-                "epoch": life.epoch, "tasks": len(tasks), "workers": self.registry.active,
-                "pending": self.assigner.placement.view.pending_count()}))
-            self.feed.add("running", tasks=len(tasks), workers=self.registry.active)
-            self.converge.want(now)
+            if self.rebuilding is not None:  # a newer list (`corralctl query`): start over
+                self.assigner.clear()
+                self._out.append(Log("info", "a new task list during the rebuild; starting "
+                                     "over", {"tasks": len(tasks)}))
+            self.rebuilding = Rebuild(self.assigner, tasks, self.registry, self.rebuild_slice)
+            self._rebuild_step(now)
         elif life.running:
             added, removed, respec = self.assigner.apply(tasks)
             if added or removed or respec:
@@ -230,6 +239,30 @@ class SupervisorCore:
                 self.feed.add("tasks", added=added, removed=removed, respecified=respec,
                               total=len(tasks))
                 self.converge.want(now)
+
+    def _rebuild_step(self, now: float) -> None:
+        """One slice of the rebuild; once it is done, the supervisor runs."""
+        job, life = self.rebuilding, self.life
+        if job is None:
+            return
+        if life.phase is Phase.STOPPING:
+            self.rebuilding = None
+            return
+        done = job.step(now)
+        if done:
+            self.rebuilding = None
+        if not job.assigned or life.running:
+            return
+        life.start_running()
+        interval = self.config.query_interval
+        self.wheel.schedule_poll(QUERY, interval, now + interval)
+        tasks = len(self.assigner.entries)
+        self._out.append(Log("info", "running", {
+            "epoch": life.epoch, "tasks": tasks, "workers": self.registry.active,
+            "pending": self.assigner.placement.view.pending_count(),
+            "rebuild_slices": job.slices}))
+        self.feed.add("running", tasks=tasks, workers=self.registry.active)
+        self.converge.want(now)
 
     def _command(self, cmd: Command, now: float) -> None:
         """Control verbs that change state (the read-only ones are in views.py). Raises
@@ -268,6 +301,7 @@ class SupervisorCore:
             if self.life.warm:
                 self._end_warmup(now)
         elif change is RoleChange.DEMOTED:
+            self.rebuilding = None
             self.assigner.clear()
             for key in (QUERY, QUERY_RETRY):
                 self.wheel.cancel(key)

@@ -219,7 +219,7 @@ class Daemon:
             self._next_snapshot = now + 1.0
             if self.collector is not None:
                 self.collector.refresh(core.queries)
-        if 0 < handled < MAX_BATCH and not self._signals and not self._outq:
+        if 0 < handled < MAX_BATCH and not self._signals and not self._outq and not core.busy:
             self._sleep(COALESCE_S)
 
     def _step(self, event: Event, now: float) -> None:

@@ -165,6 +165,11 @@ class Intake:
             self._assigner.update_mode(rec, now)
             self._converge.want(now)
         if not running:
+            # Nothing to judge before the supervisor runs: the same report next time takes
+            # the fast path (the warm-up reads a whole fleet's reports; the rebuild resets
+            # every worker, which judges its next report in full again).
+            if rec.active and digest is not None:
+                rec.digest = digest
             if self._dispatch.renewal_due(rec, now) and not self._changes.touches(rec.id):
                 self._dispatch.renew(rec, now)
             return

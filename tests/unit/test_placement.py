@@ -672,3 +672,46 @@ def test_a_tolerance_bounds_the_gap_not_one_task_s_step() -> None:
     utils = sorted(p.view.utilization(w) for w in p.view.workers)
     assert utils[-1] - utils[0] <= 0.05 + 1 / 600 + EPS, utils
     check_balanced(p, 0.05)
+
+
+@st.composite
+def _adoptions(draw: st.DrawFn) -> tuple[list[Any], list[Any], list[tuple[str, list[str]]]]:
+    """Workers (cap, labels, zone), tasks (cost or shape), and per worker the tasks it claims:
+    some unknown, some repeated, some excluded, some needing labels it lacks."""
+    workers = [(f"w{i}", draw(st.sampled_from([0.0, 1.0, 2.5, 4.0])),
+                draw(st.sampled_from([{}, {"gpu": "true"}])),
+                draw(st.sampled_from(["", "z1", "z2"]))) for i in range(draw(st.integers(1, 4)))]
+    shapes = st.one_of(st.sampled_from([1.0, 0.5, 2.0]),
+                       st.builds(TaskShape, st.sampled_from([1.0, 1.5]),
+                                 st.sampled_from([None, 1, 3]),
+                                 st.sampled_from([{}, {"gpu": "true"}])))
+    tasks = [(f"t{i}", draw(shapes)) for i in range(draw(st.integers(1, 10)))]
+    names = [t for t, _ in tasks] + ["unknown"]
+    claims = [(draw(st.sampled_from([w for w, *_ in workers] + ["nobody"])),
+               draw(st.lists(st.sampled_from(names), max_size=8)))
+              for _ in range(draw(st.integers(1, 6)))]
+    return workers, tasks, claims
+
+
+@given(_adoptions(), st.integers(1, 2), st.randoms(use_true_random=False))
+def test_assign_many_is_assign_one_by_one(case: Any, replicas: int, rnd: random.Random) -> None:
+    workers, tasks, claims = case
+    ps = [Placement(replicas) for _ in range(2)]
+    for p in ps:
+        for w, cap, labels, zone in workers:
+            p.upsert_worker(w, cap, zone=zone, labels=labels)
+        p.add_tasks(dict(tasks))
+    excluded = [(t, w) for t, _ in tasks for w, *_ in workers if rnd.random() < 0.15]
+    for p in ps:
+        for t, w in excluded:
+            p.exclude(t, w)
+    one, many = ps
+    for w, claimed in claims:
+        took = [t for t in claimed if one.assign(t, w)]
+        assert many.assign_many(w, claimed) == took
+    assert one.view.assignment() == many.view.assignment()
+    for w, *_ in workers:
+        assert one.view.load(w) == pytest.approx(many.view.load(w))
+        assert dict(one.view.tasks_of(w)) == dict(many.view.tasks_of(w))
+    assert one.view.pending() == many.view.pending()
+    check_invariants(many)

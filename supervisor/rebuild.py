@@ -1,0 +1,219 @@
+"""The rebuild that ends the warm-up, cut into slices that the daemon runs between its reads.
+
+The first task list after the warm-up is matched against what the workers report running:
+every task they run is kept where it runs (a task claimed by more than its replicas keeps the
+newest claims: the highest fencing token, then the lowest worker id), the rest is placed, and
+every worker gets its whole set as a reset. At a million tasks and 100,000 workers that is
+seconds of work (measured: 8-17 s on a 2-core VM). Done as one step, the supervisor would read
+no report meanwhile: leases would be renewed late, a backlog would pile up and silence would
+be judged late. So the core runs one slice per turn of its loop (`SupervisorCore.busy` makes
+the loop come back at once) and reads whatever arrived in between.
+
+Stages, in order; a slice does at most ``budget`` items of work (a task, a claim, a worker)::
+
+    TASKS   -> WORKERS   every task of the list is known to placement
+    WORKERS -> CLAIMS    every active worker's capacity, mode and running set were read
+    CLAIMS  -> FINISH    tasks claimed by several workers were resolved, and each worker was
+                         given what it keeps
+    FINISH  -> RESETS    (in one go) workers that changed meanwhile are read again, those gone
+                         meanwhile removed; capacity enforced, drains started, the rest
+                         placed: the assignment is complete (`assigned`), the supervisor runs
+    RESETS  -> DONE      every worker still active was reset (its whole set), a slice of
+                         workers at a time
+
+Until FINISH nothing reaches `Changes`: before the supervisor runs, a set to a worker is a
+bare renewal, and every worker gets its whole set as a reset at the end anyway. A worker whose
+reset is still to come while the supervisor runs is judged as any other: a report that does not
+match what it should run gets its whole set at once (its first set with content is a reset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from enum import Enum
+from itertools import islice
+
+from corral.common.protocol import Status, WorkerState
+from corral.common.reconcile import resolve_claims
+from corral.common.tasklist import TaskEntry
+
+from .assigner import PLACED, Assigner, shape_of
+from .events import Log
+from .records import WorkerRecord
+from .registry import Registry
+
+# Items per slice: ~30-60 ms of work on the 2-core VM (a task added, a claim collected or
+# resolved and assigned, a worker read), so a slice delays the next read by about as much as a
+# batch of reports takes to handle.
+SLICE = 20_000
+
+
+class Stage(Enum):
+    TASKS = "tasks"
+    WORKERS = "workers"
+    CLAIMS = "claims"
+    FINISH = "finish"
+    RESETS = "resets"
+    DONE = "done"
+
+
+# A reset costs about as much as ten claims (its set is built, numbered and tokened).
+RESET_ITEMS = 10
+
+
+class Rebuild:
+    """One rebuild in progress; `step` runs the next slice and says whether it is done."""
+
+    def __init__(self, assigner: Assigner, tasks: Mapping[str, TaskEntry], registry: Registry,
+                 budget: int = SLICE) -> None:
+        self._assigner = assigner
+        self._registry = registry
+        self.budget = max(1, budget)
+        self.stage = Stage.TASKS
+        self.slices = 0
+        assigner.start_list(tasks)
+        self._entries = assigner.entries
+        self._task_items: Iterator[tuple[str, TaskEntry]] = iter(self._entries.items())
+        active = sorted((r for r in registry if r.active), key=lambda r: r.id)
+        self._workers: Iterator[WorkerRecord] = iter(active)
+        self._read: dict[str, Status] = {}  # worker -> the status its claims were read from
+        # Claims: per worker the listed tasks it runs, in its order; a task's first claim, and
+        # every claim of the few tasks that more than one worker runs.
+        self._claimed: dict[str, list[str]] = {}
+        self._first: dict[str, tuple[str, int]] = {}
+        self._multi: dict[str, list[tuple[str, int]]] = {}
+        self._losers: dict[str, set[str]] = {}  # worker -> claimed tasks it must not keep
+        self._assign_items: Iterator[tuple[str, list[str]]] | None = None
+        self._reset_items: Iterator[WorkerRecord] | None = None
+        self._surplus_tasks = self._surplus_copies = 0
+
+    @property
+    def assigned(self) -> bool:
+        """The assignment is complete (only resets are left to send)."""
+        return self.stage is Stage.RESETS or self.stage is Stage.DONE
+
+    def step(self, now: float) -> bool:
+        """One slice of work; True once the rebuild is done (every active worker was reset)."""
+        self.slices += 1
+        budget = self.budget
+        while budget > 0 and self.stage is not Stage.DONE:
+            if self.stage is Stage.TASKS:
+                budget -= self._tasks(budget)
+            elif self.stage is Stage.WORKERS:
+                budget -= self._read_workers(budget)
+            elif self.stage is Stage.CLAIMS:
+                budget -= self._assign(budget)
+            elif self.stage is Stage.FINISH:
+                budget -= self._finish(now)
+            else:
+                budget -= self._resets(budget)
+        return self.stage is Stage.DONE
+
+    def _tasks(self, budget: int) -> int:
+        chunk = dict(islice(self._task_items, budget))
+        if chunk:
+            self._assigner.placement.add_tasks({t: shape_of(e) for t, e in chunk.items()})
+        if len(chunk) < budget:
+            self.stage = Stage.WORKERS
+        return max(1, len(chunk))
+
+    def _read_workers(self, budget: int) -> int:
+        """Each worker joins placement (no tasks yet, so no diff) and its running set becomes
+        claims."""
+        a, entries, first, multi = self._assigner, self._entries, self._first, self._multi
+        used = 0
+        for rec in self._workers:
+            a.join_placement(rec)
+            w = rec.id
+            st = self._read[w] = rec.status
+            mine = self._claimed[w] = []
+            for task, token in st.running.items():
+                if task not in entries:
+                    continue
+                mine.append(task)
+                other = first.get(task)
+                if other is None:
+                    first[task] = (w, token)
+                else:
+                    multi.setdefault(task, [other]).append((w, token))
+            used += 1 + len(mine)
+            if used >= budget:
+                return used
+        self._end_claims()
+        return max(1, used)
+
+    def _end_claims(self) -> None:
+        """Tasks claimed by more than their replicas keep the newest claims (the few tasks
+        claimed twice: resolved in one go); the others lose them."""
+        _, surplus = resolve_claims(self._multi, self._assigner.placement.view.replicas_of)
+        for task, ws in surplus.items():
+            for w in ws:
+                self._losers.setdefault(w, set()).add(task)
+        self._surplus_tasks = len(surplus)
+        self._surplus_copies = sum(map(len, surplus.values()))
+        self._first, self._multi = {}, {}
+        self._assign_items = iter(self._claimed.items())
+        self.stage = Stage.CLAIMS
+
+    def _assign(self, budget: int) -> int:
+        assert self._assign_items is not None
+        p, losers = self._assigner.placement, self._losers
+        used = 0
+        for w, tasks in self._assign_items:
+            lost = losers.get(w)
+            p.assign_many(w, [t for t in tasks if t not in lost] if lost else tasks)
+            used += 1 + len(tasks)
+            if used >= budget:
+                return used
+        self._claimed, self._assign_items = {}, None
+        self.stage = Stage.FINISH
+        return max(1, used)
+
+    def _finish(self, now: float) -> int:
+        """Reports read since a worker's claims were: a worker that changed (a restart, a new
+        capacity or state) is read again; one gone silent leaves placement (its tasks are
+        placed elsewhere); one that joined takes part, adopting what it runs that is short."""
+        a = self._assigner
+        p, read = a.placement, self._read
+        active = sorted((r for r in self._registry if r.active), key=lambda r: r.id)
+        now_active = {r.id for r in active}
+        for w in [w for w in read if w not in now_active]:
+            a.handoffs.forget_worker(w)
+            p.remove_worker(w)
+        for rec in active:
+            seen = read.get(rec.id)
+            if seen is rec.status:
+                continue
+            a.upsert(rec)
+            if seen is None and rec.status.state is not WorkerState.LAME_DUCK:
+                p.assign_many(rec.id, rec.status.running)  # what is short, fits and is allowed
+        self._read = {}
+        if self._surplus_tasks:
+            a.log(Log("warning", "tasks ran on more workers than replicas; extra copies stop",
+                      {"tasks": self._surplus_tasks, "copies": self._surplus_copies}))
+        for rec in active:
+            p.enforce_capacity(rec.id)
+        for rec in active:
+            if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
+                a.drain(rec, now)
+        placed = p.view.pending_count()
+        a.place(PLACED)
+        self._reset_items = iter(active)
+        self.stage = Stage.RESETS
+        return len(active) + placed
+
+    def _resets(self, budget: int) -> int:
+        """Every worker gets its whole set (the core's flush sends them at the slice's end);
+        one gone meanwhile does not (its tasks were moved when it went)."""
+        assert self._reset_items is not None
+        changes = self._assigner.changes
+        used = 0
+        for rec in self._reset_items:
+            if rec.active:
+                changes.reset(rec.id)
+            used += RESET_ITEMS
+            if used >= budget:
+                return used
+        self._reset_items = None
+        self.stage = Stage.DONE
+        return max(1, used)
