@@ -75,6 +75,12 @@ class Handoffs:
     def old_owner(self, task: str) -> str | None:
         return self._old.get(task)
 
+    def involves(self, worker: str) -> bool:
+        """Does ``worker`` take part in a hand-off (releasing a task, awaited to confirm one,
+        or told to stop one)? Its reports must then be read in full; anyone else's may take
+        the settled fast path while hand-offs elsewhere are in flight."""
+        return worker in self._waiting or worker in self._stopping or worker in self._by_old
+
     def releasing(self, worker: str) -> Mapping[str, None]:
         return self._by_old.get(worker, _EMPTY)
 

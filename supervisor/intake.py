@@ -176,12 +176,14 @@ class Intake:
         if st.failures:
             self._assigner.check_failures(rec, now)
         handoffs = self._assigner.handoffs
-        in_flight = bool(handoffs.pinned)
-        if in_flight and (self._assigner.confirm(rec) + handoffs.stopped(rec.id, st.running)):
+        # Only a worker in a hand-off is kept off the fast path while hand-offs are in flight
+        # (at 100,000 workers a rebalance is nearly always in flight somewhere).
+        involved = bool(handoffs.pinned) and handoffs.involves(rec.id)
+        if involved and (self._assigner.confirm(rec) + handoffs.stopped(rec.id, st.running)):
             self._converge.want(now)  # tasks pinned by their hand-off may move now
         if (rec.drained or st.state is WorkerState.LAME_DUCK) and rec.desired:
             self._assigner.drain(rec, now)  # tasks that waited for another hand-off to end
-        if in_flight or self._reconciler.needed(rec):
+        if involved or self._reconciler.needed(rec):
             self._reconciler.check(rec, now)
         elif rec.active and digest is not None and not self._changes.touches(rec.id):
             rec.digest = digest  # settled: the same report next time takes the fast path

@@ -150,3 +150,29 @@ def test_passes_wait_while_a_budget_of_hand_offs_is_in_flight() -> None:
     assert conv.skipped >= 1 and h.core.counters.rebalance_moves == passes
     h.until(lambda: conv.balanced and not h.core.assigner.handoffs.pinned, limit=60.0)
     assert len(c.running) == 4 and len(a.running) == len(b.running) == 4
+
+
+def test_a_worker_outside_every_hand_off_stays_on_the_fast_path() -> None:
+    # Found by `scripts/bench scale` at 100,000 workers: while any hand-off was in flight
+    # (nearly always, in a big fleet) no worker's report took the settled fast path.
+    h = Harness(config(), {f"t{i:02d}": 1.0 for i in range(12)})
+    ws = [ModelWorker(f"w{i}") for i in range(6)]
+    start(h, *ws)
+    h.step(1.0)
+    h.step(1.0)
+    handoffs = h.core.assigner.handoffs
+    h.run(verbs.call(h.core, "drain", {"worker": "w0"}, h.now)[2])  # its tasks move
+    assert handoffs.pinned
+    outside = [w for w in ws if not handoffs.involves(w.id)]
+    assert len(outside) >= 3
+    for w in outside:
+        h.core.registry.get(w.id).digest = None  # type: ignore[union-attr]  # as after a set
+        h.report(w)  # read in full: it settles again
+    before = h.core.registry.changes
+    for w in outside:
+        h.report(w)
+    assert handoffs.pinned, "the hand-offs ended: the test shows nothing"
+    assert h.core.registry.changes == before, "a report outside the hand-offs was read in full"
+    inside = [w for w in ws if handoffs.involves(w.id)]
+    h.report(inside[0])
+    assert h.core.registry.changes == before + 1  # and one in a hand-off is
