@@ -4,7 +4,8 @@ The daemon (`supervisor.daemon`) decodes bytes into events, steps this machine w
 monotonic time, and carries out the actions it returns; component tests step it with a fake
 clock. One entry point for everything: `Report` (a worker's status), `TasksFetched` (a task
 query ended), `Command` (a control verb that changes state), `RoleChanged` (HA), `PeerGone`
-(a send found no connection), and `Tick` (time passed: timers fire). Code runs only on these.
+(a send found no connection), `Tick` (time passed: timers fire) and `Continue` (the next
+slice of work cut into slices). Code runs only on these.
 
 The core is a composition of parts with one job each, wired here and nowhere else:
 
@@ -31,6 +32,7 @@ from .dispatch import Dispatch
 from .events import (
     Action,
     Command,
+    Continue,
     Event,
     Fetch,
     Log,
@@ -99,6 +101,8 @@ class SupervisorCore:
         match event:
             case Tick():
                 self._tick(now)
+            case Continue():
+                self._rebuild_step(now)
             case TasksFetched():
                 self._tasks(event, now)
             case Command():
@@ -137,14 +141,12 @@ class SupervisorCore:
 
     @property
     def busy(self) -> bool:
-        """Work is cut into slices (a rebuild): the next `Tick` is due at once, after the
-        reports that arrived meanwhile were read."""
+        """Work is cut into slices (a rebuild): step with `Continue` whenever the reports
+        that arrived meanwhile were read."""
         return self.rebuilding is not None
 
     def next_deadline(self) -> float | None:
-        """When the next `Tick` has something to do (at once while `busy`)."""
-        if self.rebuilding is not None:
-            return float("-inf")
+        """When the next `Tick` has something to do."""
         due = self.wheel.next_deadline()
         until = self.life.leader_until
         if until != float("inf") and self.life.leader:
@@ -181,8 +183,6 @@ class SupervisorCore:
                 self.registry.forget(key[1])
         if silent:
             self._timed_out(silent, now)
-        if self.rebuilding is not None:
-            self._rebuild_step(now)
 
     def _timed_out(self, silent: list[WorkerRecord], now: float) -> None:
         """Workers silent past lease + margin: their replicas move, placed once for all of

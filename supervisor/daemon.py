@@ -44,6 +44,7 @@ from .counters import IoCounters
 from .endpoints import Endpoints
 from .events import (
     Action,
+    Continue,
     Event,
     Fetch,
     Log,
@@ -83,6 +84,7 @@ STALL_S = 1.0
 # alive at that moment would be kept, and our state holds none.
 FREEZE_AFTER_S = 0.05
 _TICK = Tick()
+_CONTINUE = Continue()
 
 
 class Daemon:
@@ -114,6 +116,7 @@ class Daemon:
         self.collector = (metrics.serve(self.core.queries, config.metrics)
                           if config.metrics else None)
         self._next_snapshot = clock() + 1.0
+        self._last_slice = float("-inf")
         self.poller = zmq.Poller()
         self.poller.register(self.router, zmq.POLLIN)
         self.poller.register(self.control, zmq.POLLIN)
@@ -176,8 +179,8 @@ class Daemon:
 
     def poll_timeout(self, now: float) -> float:
         """Seconds the loop may sleep in poll: until the core's next deadline or the next
-        metrics snapshot; none while sends wait in the queue."""
-        if self._outq:
+        metrics snapshot; none while sends wait in the queue or the core is busy."""
+        if self._outq or self.core.busy:
             return 0.0
         deadline = self.core.next_deadline()
         until = deadline if deadline is not None else now + 60.0
@@ -214,6 +217,12 @@ class Daemon:
                 handled < MAX_BATCH or now - due >= MAX_TIMER_DELAY
                 or core.life.deadline_passed(now)):
             self._step(_TICK, now)
+        # Work cut into slices (the warm-up's rebuild) takes a slice whenever the reports that
+        # were waiting have been read, and at least every MAX_TIMER_DELAY: it never makes
+        # reports wait, and a backlog never stops it.
+        if core.busy and (handled < MAX_BATCH or now - self._last_slice >= MAX_TIMER_DELAY):
+            self._last_slice = now
+            self._step(_CONTINUE, now)
         self._send_queued()
         if now >= self._next_snapshot:
             self._next_snapshot = now + 1.0

@@ -88,6 +88,11 @@ class Tick(_Frozen, frozen=True):
     """Time passed: due timers fire, and a leader past its deadline stops acting."""
 
 
+class Continue(_Frozen, frozen=True):
+    """The loop has read what was waiting: run the next slice of work that is cut into slices
+    (the warm-up's rebuild, while `SupervisorCore.busy`)."""
+
+
 class Stalled(_Frozen, frozen=True):
     """The daemon spent ``seconds`` in one step without reading a report (a full placement
     at a million tasks, a swapped-out process): reports sent meanwhile wait unread, so no
@@ -97,7 +102,7 @@ class Stalled(_Frozen, frozen=True):
 
 
 Event = (Report | RawReport | Reports | TasksFetched | RoleChanged | Command | PeerGone | Tick
-         | Stalled)
+         | Continue | Stalled)
 
 # -- actions -----------------------------------------------------------------------------------
 

@@ -29,7 +29,14 @@ from corral.common.protocol import Instructions, Status
 from corral.common.tasklist import TaskEntry
 from corral.supervisor.config import SupervisorConfig
 from corral.supervisor.core import SupervisorCore
-from corral.supervisor.events import Fetch, RawReport, Report, Send, TasksFetched, Tick
+from corral.supervisor.events import (
+    Continue,
+    Fetch,
+    RawReport,
+    Report,
+    Send,
+    TasksFetched,
+)
 
 TASKS_PER_WORKER = 10
 LEASE = 10.0
@@ -66,7 +73,7 @@ def measure(workers: int, reports: int, seed: int) -> dict[str, Any]:
         slice_max = max(slice_max, time.perf_counter() - s0)
         if core.rebuilding is None:
             break
-        event = Tick()
+        event = Continue()
     rebuild_s = time.perf_counter() - t0
     # Every worker applies its set (parts assembled) and runs what it was given.
     given: dict[bytes, dict[str, int]] = {}

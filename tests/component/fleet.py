@@ -23,6 +23,7 @@ from corral.common.tasklist import TaskEntry
 from corral.supervisor.config import SupervisorConfig
 from corral.supervisor.core import SupervisorCore
 from corral.supervisor.events import (
+    Continue,
     Fetch,
     PersistEpoch,
     RawReport,
@@ -239,6 +240,8 @@ class Harness:
             if w not in silent:
                 self.deliver(w, status)
         self.run(self.core.handle(Tick(), self.now))
+        if self.core.busy:  # as the daemon: a slice of the rebuild once reports were read
+            self.run(self.core.handle(Continue(), self.now))
 
     def until(self, pred: Callable[[], bool], limit: float = 60.0, dt: float = 0.5,
               silent: tuple[ModelWorker, ...] = ()) -> float:

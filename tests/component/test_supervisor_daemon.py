@@ -72,3 +72,29 @@ def test_sends_to_gone_peers_in_a_queue_are_counted_not_fatal(tmp_path: Path) ->
         assert d.io.send_failures == 3 and not d.stopping
     finally:
         d.close()
+
+
+def test_a_rebuild_in_slices_takes_one_per_loop_turn_without_waiting(tmp_path: Path) -> None:
+    (tmp_path / "tasks.txt").write_text("".join(f"t{i}\n" for i in range(40)))
+    cfg = SupervisorConfig(bind=f"tcp://127.0.0.1:{free_port()}",
+                           control=f"tcp://127.0.0.1:{free_port()}",
+                           tasks=f"file:{tmp_path / 'tasks.txt'}", warmup=1.0,
+                           query_interval=600.0, state_file=str(tmp_path / "epoch"))
+    clock = FakeClock(100.0)
+    d = Daemon(cfg, clock=clock, sleep=lambda s: None)
+    d.core.rebuild_slice = 2  # 40 tasks: 20 slices and more
+    try:
+        clock.now += 1.0
+        turns = 0
+        for _ in range(400):  # the task query runs on the fetcher's thread; it wakes the loop
+            d.step(max_wait=0.05)
+            if d.core.busy:
+                turns += 1
+                assert d.poll_timeout(clock()) == 0.0  # no sleeping while a rebuild is cut
+            if d.core.life.phase is Phase.RUNNING and not d.core.busy:
+                break
+        assert d.core.life.phase is Phase.RUNNING and not d.core.busy
+        assert turns >= 19  # one slice a turn (the clock never moved: no timer drove them)
+        assert d.core.queries.placement_summary()["tasks_total"] == 40
+    finally:
+        d.close()
