@@ -56,7 +56,7 @@ from .reconciler import Reconciler
 from .records import WorkerRecord
 from .registry import FORGET, Registry
 
-# Timer keys: a worker's timeout is keyed by its id (a str); everything else by a tuple.
+# Timer keys (a worker's timeout is the registry's own: `LazyTimers`).
 WARMUP = ("warmup",)
 QUERY = ("query",)
 QUERY_RETRY = ("query_retry",)
@@ -74,7 +74,7 @@ class SupervisorCore:
         self.feed = Feed()
         self._out: list[Action] = []
         self.registry = Registry(self.wheel, self.counters, config.lease + config.lease_margin,
-                                 config.forget_after)
+                                 config.forget_after, now)
         self.assigner = Assigner(config, self.wheel, self.counters, self.feed, self._out)
         self.reconciler = Reconciler(config, self.counters, self.assigner, self.life)
         self.dispatch = Dispatch(config, self.life, self.counters, self._out,
@@ -148,6 +148,9 @@ class SupervisorCore:
     def next_deadline(self) -> float | None:
         """When the next `Tick` has something to do."""
         due = self.wheel.next_deadline()
+        silence = self.registry.next_deadline()
+        if silence is not None and (due is None or silence < due):
+            due = silence
         until = self.life.leader_until
         if until != float("inf") and self.life.leader:
             return until if due is None else min(due, until)
@@ -160,14 +163,9 @@ class SupervisorCore:
             # The election thread may be stuck in a request: the deadline is enforced here,
             # so a leader stops acting before etcd can give the key to anyone else.
             self._role(Role(False, error="the leader's etcd deadline passed"), now)
-        silent: list[WorkerRecord] = []
         for fired in self.wheel.expire(now):
             key = fired.key
-            if type(key) is str:
-                rec = self.registry.timeout(key, now)
-                if rec is not None:
-                    silent.append(rec)
-            elif key == WARMUP:
+            if key == WARMUP:
                 self._end_warmup(now)
             elif key == QUERY:
                 self._out.append(Fetch(reset=False))
@@ -181,6 +179,7 @@ class SupervisorCore:
                     self.converge.want(now)
             elif key[0] == FORGET:
                 self.registry.forget(key[1])
+        silent = self.registry.expire(now)
         if silent:
             self._timed_out(silent, now)
 

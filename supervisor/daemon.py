@@ -67,6 +67,10 @@ from .sources import Fetcher, TaskSource
 NOBLOCK = int(zmq.NOBLOCK)
 SNDMORE = int(zmq.SNDMORE)
 RCVMORE = int(zmq.RCVMORE)
+# pyzmq's Socket.send wraps the backend's in Python (routing ids, groups: not ours); the
+# backend's own is ~0.4 us a message cheaper (measured), and the supervisor sends 20,000
+# renewals a second at 100,000 workers.
+_SEND = zmq.backend.Socket.send
 MAX_BATCH = 5000  # messages drained per wake-up before timers and control get a turn
 MAX_SENDS = 5000  # messages sent per loop turn; the rest wait for the next turn
 MAX_TIMER_DELAY = 1.0  # timers wait at most this long for a backlog of reports to drain
@@ -356,12 +360,12 @@ class Daemon:
             sent += 1
 
     def _send_one(self, a: Send) -> None:
-        send, io = self.router.send, self.io
+        router, io = self.router, self.io
         try:
             # With ROUTER_MANDATORY the first frame decides: unknown peer or full queue
             # raise here, before anything is queued.
-            send(a.identity, NOBLOCK | SNDMORE)
-            send(codec.encode(a.message), NOBLOCK)
+            _SEND(router, a.identity, NOBLOCK | SNDMORE)
+            _SEND(router, codec.encode(a.message), NOBLOCK)
             io.messages_out += 1
         except zmq.Again:  # its queue is full: slow; reconciliation resends later
             io.send_failures += 1

@@ -210,7 +210,7 @@ class Intake:
         """A new incarnation holds the id now (a restart, or a contender whose rival left)."""
         rec.resend_wait = self._resend_wait
         self._number_on(rec)
-        self._wheel.schedule_timeout(rec.id, now + self._config.lease + self._config.lease_margin)
+        self._registry.arm(rec, now)
         self._out.append(Log("info", "worker restarted", {
             "worker": rec.id, "incarnation": f"{rec.incarnation:x}"}))
         self._feed.add("restart", worker=rec.id, incarnation=f"{rec.incarnation:x}")

@@ -46,6 +46,7 @@ class WorkerRecord:
         "refused",
         "resend_wait",
         "seen_sent_at",
+        "silence_tick",
         "status",
     )
 
@@ -53,6 +54,7 @@ class WorkerRecord:
         self.id = status.worker
         self.last_received = now
         self.active = True
+        self.silence_tick = -1  # the tick its silence is judged at (Registry); -1: none
         self.drained = False
         self.conflict: str | None = None
         # A second incarnation of this id that reported while this one is alive: it is sent

@@ -3,8 +3,9 @@
 It keeps one `WorkerRecord` per worker id and decides, for every report, what the report *is*
 (`Outcome`): a settled worker saying what it said last time, a change, a newcomer, a restart,
 a comeback, a stale or foreign message — or a second process using an id that a live process
-holds. It owns the workers' timeouts (one wheel entry per worker, re-armed lazily) and the
-identities; what to do about an outcome is the core's business.
+holds. It owns the workers' timeouts (`LazyTimers`: each worker is armed for one tick at a
+time, and a report only moves its clock — the timer re-arms itself when it comes out early)
+and the identities; what to do about an outcome is the core's business.
 
 A second incarnation of a live id (an id thief, or a restart while the old process still
 runs) is a *contender*: nothing is sent to it until the old process is known to be gone — a
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from enum import IntEnum
 from typing import Any
 
+from corral.common.lazytimers import LazyTimers
 from corral.common.protocol import Status
 from corral.common.timerwheel import TimerWheel
 
@@ -44,8 +46,9 @@ class Outcome(IntEnum):
 
 class Registry:
     def __init__(self, wheel: TimerWheel[Any], counters: Counters, silence: float,
-                 forget_after: float) -> None:
+                 forget_after: float, now: float) -> None:
         self.records: dict[str, WorkerRecord] = {}
+        self._silence_timers: LazyTimers[str] = LazyTimers(wheel.tick, now)
         self.active = 0
         self._wheel = wheel
         self._counters = counters
@@ -74,7 +77,7 @@ class Registry:
             rec = self.records[st.worker] = WorkerRecord(st, identity, now)
             self.generation += 1
             self.changes += 1
-            self._arm(rec, now)
+            self.arm(rec, now)
             self.active += 1
             self._counters.joins += 1
             return Outcome.JOINED, rec
@@ -171,33 +174,52 @@ class Registry:
 
     # -- liveness ----------------------------------------------------------------------------
 
-    def _arm(self, rec: WorkerRecord, now: float) -> None:
-        self._wheel.schedule_timeout(rec.id, now + self._silence)
+    def arm(self, rec: WorkerRecord, now: float) -> None:
+        """Judge ``rec``'s silence at ``now`` + lease + margin (not before: a later arming
+        replaces an earlier one)."""
+        rec.silence_tick = self._silence_timers.arm(rec.id, now + self._silence)
+
+    def next_deadline(self) -> float | None:
+        """When the next worker's silence is judged."""
+        return self._silence_timers.next_deadline()
+
+    def expire(self, now: float) -> list[WorkerRecord]:
+        """Judge the silence of the workers armed until ``now``: one that reported since is
+        armed again (from its last report); the others turn inactive and are returned (a
+        contender waiting for the id takes it over then: the core admits it)."""
+        timers = self._silence_timers
+        keys = timers.expire(now)
+        later, silent = timers.next_tick, []
+        for worker in keys:
+            rec = self.records.get(worker)
+            # Gone, inactive, or armed for a later tick (armed again since this was armed).
+            if rec is None or not rec.active or not 0 <= rec.silence_tick < later:
+                continue
+            if self._timeout(rec, now):
+                silent.append(rec)
+        return silent
 
     def _revive(self, rec: WorkerRecord, now: float) -> None:
         rec.active = True
         self.active += 1
-        self._arm(rec, now)
+        self.arm(rec, now)
         self._wheel.cancel((FORGET, rec.id))
         self._counters.revivals += 1
 
-    def timeout(self, worker: str, now: float) -> WorkerRecord | None:
-        """Its timer fired: re-armed if it reported since; else it turns inactive (returned).
-        A contender waiting for the id takes it over then (the core admits it)."""
-        rec = self.records.get(worker)
-        if rec is None or not rec.active:
-            return None
+    def _timeout(self, rec: WorkerRecord, now: float) -> bool:
+        """Its timer came out: re-armed if it reported since; else it turns inactive (True)."""
         due = max(rec.last_received, self._heard_from) + self._silence
         if now < due:  # it reported since this was armed (or we could not listen): re-arm
-            self._wheel.schedule_timeout(worker, due)
-            return None
+            rec.silence_tick = self._silence_timers.arm(rec.id, due)
+            return False
+        rec.silence_tick = -1
         rec.active = False
         rec.digest = None
         self.active -= 1
         self.changes += 1
         self._counters.lease_expiries += 1
-        self._wheel.schedule_timeout((FORGET, worker), now + self._forget_after)
-        return rec
+        self._wheel.schedule_timeout((FORGET, rec.id), now + self._forget_after)
+        return True
 
     def stalled(self, now: float) -> None:
         """The supervisor could not read reports until ``now``: a worker's silence counts

@@ -176,3 +176,24 @@ def test_a_worker_outside_every_hand_off_stays_on_the_fast_path() -> None:
     inside = [w for w in ws if handoffs.involves(w.id)]
     h.report(inside[0])
     assert h.core.registry.changes == before + 1  # and one in a hand-off is
+
+
+def test_a_worker_that_keeps_coming_back_is_timed_out_once_per_silence() -> None:
+    # Worker timeouts are lazy timers: a revival arms a worker again while an older arming
+    # may still wait in its bucket; only the latest one counts.
+    h = Harness(config(lease=4.0, lease_margin=1.0), {f"t{i}": 1.0 for i in range(4)})
+    a, b = ModelWorker("a"), ModelWorker("b")
+    start(h, a, b)
+    rec = h.core.registry.get("a")
+    assert rec is not None
+    for n in range(1, 6):
+        h.until(lambda: not rec.active, limit=10.0, silent=(a,))
+        assert h.core.counters.lease_expiries == n
+        h.step(0.5 * n)  # back, at a different phase of the tick each time
+        assert rec.active
+    for _ in range(120):  # a minute of steady reports: never taken for silent again
+        h.step(0.5)
+        assert rec.active
+    assert h.core.counters.lease_expiries == 5 and h.core.counters.revivals == 5
+    h.until(lambda: not rec.active, limit=10.0, silent=(a,))
+    assert 5.0 <= h.now - rec.last_received <= 5.5 + 1e-9  # lease + margin, one tick late at most
