@@ -108,6 +108,8 @@ class Daemon:
         self._signals: deque[int] = deque()
         self._roles: deque[Role] = deque()
         self._outq: deque[Send] = deque()
+        self._gone: deque[bytes] = deque()  # peers a send found gone, for the core to hear
+        self._sending = False  # a `_send_queued` pass is under way
         self._stopping = False
         self._closed = False
         self.exit_code = 0
@@ -184,7 +186,7 @@ class Daemon:
     def poll_timeout(self, now: float) -> float:
         """Seconds the loop may sleep in poll: until the core's next deadline or the next
         metrics snapshot; none while sends wait in the queue or the core is busy."""
-        if self._outq or self.core.busy:
+        if self._outq or self._gone or self.core.busy:
             return 0.0
         deadline = self.core.next_deadline()
         until = deadline if deadline is not None else now + 60.0
@@ -352,12 +354,23 @@ class Daemon:
             self._send_queued()
 
     def _send_queued(self) -> None:
-        """Send what is queued, at most MAX_SENDS; a peer found gone becomes `PeerGone`."""
-        q, sent = self._outq, 0
-        # (A send may find a peer gone, whose handling may send, and drain, in turn.)
-        while q and sent < MAX_SENDS:
-            self._send_one(q.popleft())
-            sent += 1
+        """Send what is queued, at most MAX_SENDS, and step the core with a `PeerGone` for
+        each peer a send found gone. One pass at a time: what the core answers to a peer gone
+        joins the queue of the pass under way (a pass inside a pass recursed once per gone
+        peer: the daemon died when a whole fleet disconnected at once)."""
+        if self._sending:
+            return
+        self._sending = True
+        try:
+            q, gone, sent = self._outq, self._gone, 0
+            while gone or (q and sent < MAX_SENDS):
+                if gone:
+                    self._step(PeerGone(gone.popleft()), self.clock())
+                else:
+                    self._send_one(q.popleft())
+                    sent += 1
+        finally:
+            self._sending = False
 
     def _send_one(self, a: Send) -> None:
         router, io = self.router, self.io
@@ -373,7 +386,7 @@ class Daemon:
             if exc.errno != zmq.EHOSTUNREACH:
                 raise
             io.send_failures += 1  # gone; its timeout (or the registry) will tell
-            self._step(PeerGone(a.identity), self.clock())
+            self._gone.append(a.identity)  # the core hears of it in `_send_queued`
 
     def close(self) -> None:
         """The one shutdown path: stop the election (a leader gives its key up, so a standby

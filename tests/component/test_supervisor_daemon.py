@@ -70,6 +70,11 @@ def test_sends_to_gone_peers_in_a_queue_are_counted_not_fatal(tmp_path: Path) ->
         msg = Instructions(1, 1, 7, 10.0, 1, 1.0)
         d._execute([Send(f"gone-{i}".encode(), msg) for i in range(3)])
         assert d.io.send_failures == 3 and not d.stopping
+        # Found by `scripts/bench scale` at 100,000 workers: each gone peer's PeerGone step
+        # sent the next queued set from inside it, one frame deeper per peer; when the whole
+        # fleet disconnected at once the daemon died of a RecursionError.
+        d._execute([Send(f"gone-{i}".encode(), msg) for i in range(4000)])
+        assert d.io.send_failures == 4003 and not d.stopping and not d._outq
     finally:
         d.close()
 
