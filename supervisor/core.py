@@ -99,8 +99,8 @@ class SupervisorCore:
             return self._reports(event.reports, now)
         self.feed.at(now)
         match event:
-            case Tick():
-                self._tick(now)
+            case Tick(read_until=read_until):
+                self._tick(now, now if read_until is None else min(read_until, now))
             case Continue():
                 self._rebuild_step(now)
             case TasksFetched():
@@ -158,7 +158,7 @@ class SupervisorCore:
 
     # -- time ---------------------------------------------------------------------------------
 
-    def _tick(self, now: float) -> None:
+    def _tick(self, now: float, read_until: float) -> None:
         if self.life.deadline_passed(now):
             # The election thread may be stuck in a request: the deadline is enforced here,
             # so a leader stops acting before etcd can give the key to anyone else.
@@ -179,7 +179,7 @@ class SupervisorCore:
                     self.converge.want(now)
             elif key[0] == FORGET:
                 self.registry.forget(key[1])
-        silent = self.registry.expire(now)
+        silent = self.registry.expire(now, read_until)
         if silent:
             self._timed_out(silent, now)
 

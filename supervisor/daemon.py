@@ -87,7 +87,8 @@ STALL_S = 1.0
 # (gc.freeze). They are still freed by reference counting; only garbage in a cycle that was
 # alive at that moment would be kept, and our state holds none.
 FREEZE_AFTER_S = 0.05
-_TICK = Tick()
+# Under a backlog, after a slice of the rebuild the loop reads for this many times as long.
+SLICE_SHARE = 2.0
 _CONTINUE = Continue()
 
 
@@ -122,7 +123,8 @@ class Daemon:
         self.collector = (metrics.serve(self.core.queries, config.metrics)
                           if config.metrics else None)
         self._next_snapshot = clock() + 1.0
-        self._last_slice = float("-inf")
+        self._slice_due = float("-inf")  # under a backlog, the next slice waits until then
+        self._read_until = clock()  # the last time no report waited unread
         self.poller = zmq.Poller()
         self.poller.register(self.router, zmq.POLLIN)
         self.poller.register(self.control, zmq.POLLIN)
@@ -203,6 +205,8 @@ class Daemon:
         ready = dict(self.poller.poll(int(wait * 1000) + (1 if wait > 0 else 0)))
         now = self.clock()
         handled = self._drain_workers(now) if self.router in ready else 0
+        if handled < MAX_BATCH:  # no report waits unread: silence may be judged up to now
+            self._read_until = now
         if self.control in ready:
             self._drain_control(now)
         if self._wake_fd in ready:
@@ -222,13 +226,15 @@ class Daemon:
         if due is not None and now >= due and (
                 handled < MAX_BATCH or now - due >= MAX_TIMER_DELAY
                 or core.life.deadline_passed(now)):
-            self._step(_TICK, now)
+            self._step(Tick(self._read_until), now)
         # Work cut into slices (the warm-up's rebuild) takes a slice whenever the reports that
-        # were waiting have been read, and at least every MAX_TIMER_DELAY: it never makes
-        # reports wait, and a backlog never stops it.
-        if core.busy and (handled < MAX_BATCH or now - self._last_slice >= MAX_TIMER_DELAY):
-            self._last_slice = now
+        # were waiting have been read; under a backlog, a third of the time (reading gets
+        # SLICE_SHARE times as long as the last slice took): a backlog never stops it, and
+        # silence is judged as of the last time nothing waited unread.
+        if core.busy and (handled < MAX_BATCH or now >= self._slice_due):
+            t0 = time.perf_counter()
             self._step(_CONTINUE, now)
+            self._slice_due = now + SLICE_SHARE * (time.perf_counter() - t0)
         self._send_queued()
         if now >= self._next_snapshot:
             self._next_snapshot = now + 1.0

@@ -85,7 +85,13 @@ class PeerGone(_Frozen, frozen=True):
 
 
 class Tick(_Frozen, frozen=True):
-    """Time passed: due timers fire, and a leader past its deadline stops acting."""
+    """Time passed: due timers fire, and a leader past its deadline stops acting.
+
+    ``read_until``: the last time the daemon found no report waiting (None: now). Reports sent
+    after it may still wait unread, so a worker's silence is judged as of then: a supervisor
+    behind on reading does not take its backlog for dead workers."""
+
+    read_until: float | None = None
 
 
 class Continue(_Frozen, frozen=True):

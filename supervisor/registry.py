@@ -183,10 +183,13 @@ class Registry:
         """When the next worker's silence is judged."""
         return self._silence_timers.next_deadline()
 
-    def expire(self, now: float) -> list[WorkerRecord]:
-        """Judge the silence of the workers armed until ``now``: one that reported since is
-        armed again (from its last report); the others turn inactive and are returned (a
-        contender waiting for the id takes it over then: the core admits it)."""
+    def expire(self, now: float, read_until: float | None = None) -> list[WorkerRecord]:
+        """Judge the silence of the workers armed until ``now``, as of ``read_until`` (the
+        last time no report was waiting unread; default: now): one that reported since is
+        armed again (from its last report, plus however far reading is behind); the others
+        turn inactive and are returned (a contender waiting for the id takes it over then:
+        the core admits it)."""
+        judged = now if read_until is None else read_until
         timers = self._silence_timers
         keys = timers.expire(now)
         later, silent = timers.next_tick, []
@@ -195,7 +198,7 @@ class Registry:
             # Gone, inactive, or armed for a later tick (armed again since this was armed).
             if rec is None or not rec.active or not 0 <= rec.silence_tick < later:
                 continue
-            if self._timeout(rec, now):
+            if self._timeout(rec, now, judged):
                 silent.append(rec)
         return silent
 
@@ -206,11 +209,12 @@ class Registry:
         self._wheel.cancel((FORGET, rec.id))
         self._counters.revivals += 1
 
-    def _timeout(self, rec: WorkerRecord, now: float) -> bool:
-        """Its timer came out: re-armed if it reported since; else it turns inactive (True)."""
+    def _timeout(self, rec: WorkerRecord, now: float, judged: float) -> bool:
+        """Its timer came out: re-armed if it reported since; else it turns inactive (True).
+        Silence is judged as of ``judged``: reports sent after it may wait unread."""
         due = max(rec.last_received, self._heard_from) + self._silence
-        if now < due:  # it reported since this was armed (or we could not listen): re-arm
-            rec.silence_tick = self._silence_timers.arm(rec.id, due)
+        if judged < due:  # it reported since this was armed (or we could not listen): re-arm
+            rec.silence_tick = self._silence_timers.arm(rec.id, due + (now - judged))
             return False
         rec.silence_tick = -1
         rec.active = False

@@ -197,3 +197,26 @@ def test_a_worker_that_keeps_coming_back_is_timed_out_once_per_silence() -> None
     assert h.core.counters.lease_expiries == 5 and h.core.counters.revivals == 5
     h.until(lambda: not rec.active, limit=10.0, silent=(a,))
     assert 5.0 <= h.now - rec.last_received <= 5.5 + 1e-9  # lease + margin, one tick late at most
+
+
+def test_silence_is_judged_as_of_the_last_time_no_report_waited() -> None:
+    # Found by `scripts/bench scale` at 100,000 workers: a supervisor behind on reading (its
+    # reports waiting in the socket) took 215,000 live workers for silent.
+    from corral.supervisor.events import Tick
+
+    h = Harness(config(lease=4.0, lease_margin=1.0), {f"t{i}": 1.0 for i in range(4)})
+    a, b = ModelWorker("a"), ModelWorker("b")
+    start(h, a, b)
+    rec = h.core.registry.get("a")
+    assert rec is not None
+    behind_since = h.now  # from here on, reports wait unread (a backlog): none is delivered
+    for _ in range(40):
+        h.now += 0.5
+        h.run(h.core.handle(Tick(read_until=behind_since), h.now))
+        assert rec.active, f"taken for silent {h.now - behind_since:g} s into a backlog"
+    caught_up = h.now
+    while rec.active:  # caught up: still nothing from a; its timer comes out once more
+        assert h.now - caught_up <= caught_up - behind_since + 0.5, "judged later than the lag"
+        h.now += 0.5
+        h.run(h.core.handle(Tick(read_until=h.now), h.now))
+    assert h.core.counters.lease_expiries == 2  # (a and b)
