@@ -219,9 +219,9 @@ class Daemon:
             self._step(RoleChanged(self._roles.popleft()), now)
         while self.fetcher.results:
             self._step(self.fetcher.results.popleft(), now)
-        # Timers fire only when one is due. Reports still waiting in the socket would look
-        # like silence: while a backlog drains (a full batch was read), timers wait, up to
-        # MAX_TIMER_DELAY (a leader's etcd deadline never waits).
+        # Timers fire only when one is due. While a backlog drains (a full batch was read)
+        # they wait, up to MAX_TIMER_DELAY (a leader's etcd deadline never waits); a worker's
+        # silence is judged as of `_read_until`, the last time no report waited unread.
         due = core.next_deadline()
         if due is not None and now >= due and (
                 handled < MAX_BATCH or now - due >= MAX_TIMER_DELAY
@@ -234,7 +234,8 @@ class Daemon:
         if core.busy and (handled < MAX_BATCH or now >= self._slice_due):
             t0 = time.perf_counter()
             self._step(_CONTINUE, now)
-            self._slice_due = now + SLICE_SHARE * (time.perf_counter() - t0)
+            took = time.perf_counter() - t0
+            self._slice_due = self.clock() + SLICE_SHARE * took
         self._send_queued()
         if now >= self._next_snapshot:
             self._next_snapshot = now + 1.0

@@ -123,8 +123,13 @@ class Queries:
         (a dry run; at most the first 500 of a longer one) — for status, not for gauges.
         Planning costs O(fleet): on a placement that changes all the time (a big fleet in
         motion) the answer is at most `OUTLOOK_MAX_AGE` old, so a status poll cannot keep
-        the loop from reading reports."""
-        a = self._core.assigner
+        the loop from reading reports. Before the supervisor runs there is nothing to judge
+        (None): planning over a rebuild's half-built placement took seconds per poll."""
+        core = self._core
+        if not core.life.running:  # no assignment yet (a rebuild in slices is half built)
+            return {"criterion_met": None, "moves_planned": None,
+                    "zone_degraded": core.assigner.placement.view.zone_degraded()}
+        a = core.assigner
         version = (a.placement.version, len(a.handoffs.pinned))  # hand-offs pin tasks
         kept = self._outlook
         if kept is not None and (kept[0] == version or now - kept[1] < OUTLOOK_MAX_AGE):

@@ -176,3 +176,20 @@ def test_a_demotion_mid_rebuild_drops_it() -> None:
     assert h.core.rebuilding is None and h.core.life.phase is Phase.WARMUP
     assert not h.core.assigner.placement.view.tasks
     assert not h.core.busy
+
+
+def test_status_during_the_rebuild_plans_nothing() -> None:
+    # Found by `scripts/bench scale` at 100,000 workers: every status poll planned a full
+    # convergence over the half-built placement (seconds each), starving the rebuild.
+    tasks = {f"t{i:02d}": 1.0 for i in range(30)}
+    h = Harness(config(), tasks, epoch=3)
+    h.core.rebuild_slice = 1
+    h.add(ModelWorker("a", max_load=40, lease_until=4.0))
+    h.until(lambda: h.core.rebuilding is not None)
+    result, error, _ = verbs.call(h.core, "status", {}, h.now)
+    assert error is None and result["phase"] == "querying"
+    assert result["criterion_met"] is None and result["moves_planned"] is None
+    rebuilt(h)
+    result, error, _ = verbs.call(h.core, "status", {}, h.now)
+    assert error is None and result["criterion_met"] in (True, False)
+    assert isinstance(result["moves_planned"], int)
