@@ -100,7 +100,11 @@ class SupervisorCore:
         self.feed.at(now)
         match event:
             case Tick(read_until=read_until):
-                self._tick(now, now if read_until is None else min(read_until, now))
+                # Judged at most half a lease behind: a worker whose renewals come later than
+                # that loses its lease anyway, and a supervisor that never catches up must
+                # still see deaths.
+                judged = now if read_until is None else min(read_until, now)
+                self._tick(now, max(judged, now - self.config.lease / 2))
             case Continue():
                 self._rebuild_step(now)
             case TasksFetched():

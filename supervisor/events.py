@@ -88,8 +88,9 @@ class Tick(_Frozen, frozen=True):
     """Time passed: due timers fire, and a leader past its deadline stops acting.
 
     ``read_until``: the last time the daemon found no report waiting (None: now). Reports sent
-    after it may still wait unread, so a worker's silence is judged as of then: a supervisor
-    behind on reading does not take its backlog for dead workers."""
+    after it may still wait unread, so a worker's silence is judged as of then (but at most
+    half a lease behind): a supervisor behind on reading does not take its backlog for dead
+    workers, and one that never catches up still sees deaths."""
 
     read_until: float | None = None
 

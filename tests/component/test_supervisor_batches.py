@@ -209,14 +209,28 @@ def test_silence_is_judged_as_of_the_last_time_no_report_waited() -> None:
     start(h, a, b)
     rec = h.core.registry.get("a")
     assert rec is not None
+    silence, half_lease = 5.0, 2.0
     behind_since = h.now  # from here on, reports wait unread (a backlog): none is delivered
-    for _ in range(40):
+    while h.now < behind_since + 1.5:  # 1.5 s behind
         h.now += 0.5
         h.run(h.core.handle(Tick(read_until=behind_since), h.now))
-        assert rec.active, f"taken for silent {h.now - behind_since:g} s into a backlog"
     caught_up = h.now
-    while rec.active:  # caught up: still nothing from a; its timer comes out once more
-        assert h.now - caught_up <= caught_up - behind_since + 0.5, "judged later than the lag"
+    while rec.active:  # caught up: still nothing from a
         h.now += 0.5
         h.run(h.core.handle(Tick(read_until=h.now), h.now))
-    assert h.core.counters.lease_expiries == 2  # (a and b)
+    # Not before lease + margin of silence as of the last time nothing waited unread, and at
+    # most that backlog (1.5 s) and a tick later.
+    assert silence <= h.now - rec.last_received <= silence + 1.5 + 0.5 + 1e-9
+    assert h.now > caught_up
+    # A supervisor that never catches up still sees a death: at most half a lease late.
+    c = ModelWorker("c")
+    h.add(c)
+    h.step(1.0)
+    crec = h.core.registry.get("c")
+    assert crec is not None and crec.active
+    stuck = h.now
+    while crec.active:
+        h.now += 0.5
+        h.run(h.core.handle(Tick(read_until=stuck), h.now))
+        assert h.now - crec.last_received <= silence + half_lease + 0.5 + 1e-9
+    assert h.now - crec.last_received >= silence + half_lease - 1e-9
