@@ -214,9 +214,9 @@ class Assigner:
     def join_placement(self, rec: WorkerRecord) -> None:
         """A worker joins placement during a rebuild: its capacity, mode, failure domain and
         labels. New to placement, it sheds nothing, so there is no diff to send."""
-        st = self.placement.upsert_worker(rec.id, rec.status.max_load, self.mode(rec),
-                                          zone=rec.status.zone, labels=rec.status.labels)
-        assert not st, "a worker new to placement had tasks to shed"
+        shed = self.placement.upsert_worker(rec.id, rec.status.max_load, self.mode(rec),
+                                            zone=rec.status.zone, labels=rec.status.labels)
+        assert not shed, "a worker new to placement had tasks to shed"
         rec.desired = self.placement.view.tasks_of(rec.id)
 
     def log(self, line: Log) -> None:

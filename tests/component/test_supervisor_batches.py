@@ -11,6 +11,7 @@ import pytest
 
 from corral.supervisor import verbs
 from corral.supervisor.events import Report, Reports, Stalled
+from corral.supervisor.records import WorkerRecord
 
 from .fleet import Harness, ModelWorker, config
 
@@ -178,14 +179,20 @@ def test_a_worker_outside_every_hand_off_stays_on_the_fast_path() -> None:
     assert h.core.registry.changes == before + 1  # and one in a hand-off is
 
 
+def two_workers() -> tuple[Harness, ModelWorker, WorkerRecord]:
+    """Workers a and b running at lease 4 s + margin 1 s: the harness, a, and a's record."""
+    h = Harness(config(lease=4.0, lease_margin=1.0), {f"t{i}": 1.0 for i in range(4)})
+    a = ModelWorker("a")
+    start(h, a, ModelWorker("b"))
+    rec = h.core.registry.get("a")
+    assert rec is not None
+    return h, a, rec
+
+
 def test_a_worker_that_keeps_coming_back_is_timed_out_once_per_silence() -> None:
     # Worker timeouts are lazy timers: a revival arms a worker again while an older arming
     # may still wait in its bucket; only the latest one counts.
-    h = Harness(config(lease=4.0, lease_margin=1.0), {f"t{i}": 1.0 for i in range(4)})
-    a, b = ModelWorker("a"), ModelWorker("b")
-    start(h, a, b)
-    rec = h.core.registry.get("a")
-    assert rec is not None
+    h, a, rec = two_workers()
     for n in range(1, 6):
         h.until(lambda: not rec.active, limit=10.0, silent=(a,))
         assert h.core.counters.lease_expiries == n
@@ -204,11 +211,7 @@ def test_silence_is_judged_as_of_the_last_time_no_report_waited() -> None:
     # reports waiting in the socket) took 215,000 live workers for silent.
     from corral.supervisor.events import Tick
 
-    h = Harness(config(lease=4.0, lease_margin=1.0), {f"t{i}": 1.0 for i in range(4)})
-    a, b = ModelWorker("a"), ModelWorker("b")
-    start(h, a, b)
-    rec = h.core.registry.get("a")
-    assert rec is not None
+    h, _, rec = two_workers()
     silence, half_lease = 5.0, 2.0
     behind_since = h.now  # from here on, reports wait unread (a backlog): none is delivered
     while h.now < behind_since + 1.5:  # 1.5 s behind
