@@ -261,6 +261,11 @@ class WorkerMachine:
         if self._cfg.report_interval is None:
             self._interval = min(max(msg.lease * REPORT_FRACTION_OF_LEASE,
                                      MIN_REPORT_INTERVAL), MAX_REPORT_INTERVAL)
+        if answered == self._last_sent_at:
+            # The latest report was answered: the extra one planned for a lease running short
+            # is not needed (it was planned against the lease before this renewal, so with it
+            # every renewed worker reported twice per interval: a third more messages).
+            self._next_report = max(self._next_report, answered + self._interval)
         held = now < self._lease_expires
         if held and not self._lease_held:
             out.append(ev.Log("info", "lease held", {"epoch": msg.epoch, "lease": msg.lease}))

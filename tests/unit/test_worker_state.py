@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import msgspec
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from corral.common.protocol import Instructions, Refusal, Status, WorkerState, make_token
@@ -510,3 +510,24 @@ def test_reports_come_every_half_lease_and_once_more_when_it_runs_short() -> Non
     s.at(106.0)
     # Not again: next the lease's end (108), then the usual report (110).
     assert s.last.seq == 4 and s.m.next_deadline() == pytest.approx(108.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lease=st.floats(2.0, 120.0), rtt=st.floats(0.0, 0.2), rounds=st.integers(3, 12))
+def test_a_renewed_worker_reports_once_per_interval(lease: float, rtt: float,
+                                                     rounds: int) -> None:
+    """Every report answered (after ``rtt``): reports come every half lease, never more often
+    — the extra report for a lease running short is for an answer that did not come."""
+    s = Sim(replace(CFG, report_interval=None))
+    s.tick()
+    s.send(lease=lease)  # the first lease: the interval is known from now on
+    s.tick()
+    sent = [s.last.sent_at] if s.last is not None else []
+    for _ in range(rounds):
+        s.at(s.m.next_deadline())
+        assert s.last is not None
+        sent.append(s.last.sent_at)
+        s.at(s.now + rtt)
+        s.send(lease=lease, answers=s.last)
+    gaps = [b - a for a, b in zip(sent[1:], sent[2:])]
+    assert gaps and all(g == pytest.approx(lease / 2) for g in gaps), gaps
