@@ -238,8 +238,10 @@ class Queries:
     def failing_count(self) -> int:
         core = self._core
         failing = set(core.assigner.placement.view.excluded())
-        for rec in core.registry:
-            if rec.active:
+        reg = core.registry
+        for worker in reg.failing:  # only workers that report failures: not the whole fleet
+            rec = reg.get(worker)
+            if rec is not None and rec.active:
                 failing.update(rec.status.failures)
         return len(failing)
 

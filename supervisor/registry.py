@@ -58,6 +58,9 @@ class Registry:
         self._contended: dict[bytes, str] = {}  # a contended id's holder's identity -> the id
         self.generation = 0  # moves when a worker id joins or is forgotten
         self.changes = 0  # moves whenever any record's content may have changed
+        # Workers whose last full report listed failing tasks (active or not): `status`
+        # counts failing tasks from these, not from every record (O(fleet) per poll).
+        self.failing: set[str] = set()
 
     def __iter__(self) -> Iterator[WorkerRecord]:
         return iter(self.records.values())
@@ -72,6 +75,18 @@ class Registry:
 
     def classify(self, identity: bytes, st: Status, now: float) -> tuple[Outcome, WorkerRecord]:
         """What this report is; the record is created or updated accordingly."""
+        outcome, rec = self._classify(identity, st, now)
+        self._note_failures(rec)
+        return outcome, rec
+
+    def _note_failures(self, rec: WorkerRecord) -> None:
+        if rec.status.failures:
+            self.failing.add(rec.id)
+        else:
+            self.failing.discard(rec.id)
+
+    def _classify(self, identity: bytes, st: Status, now: float
+                  ) -> tuple[Outcome, WorkerRecord]:
         rec = self.records.get(st.worker)
         if rec is None:
             rec = self.records[st.worker] = WorkerRecord(st, identity, now)
@@ -164,6 +179,7 @@ class Registry:
         assert rec.contender is not None
         identity, st = rec.contender
         self._take_over(rec, identity, st, now)
+        self._note_failures(rec)
 
     def probe_due(self, rec: WorkerRecord, now: float, every: float) -> bool:
         """Whether to check again that a contended id's holder is still connected."""
@@ -235,6 +251,7 @@ class Registry:
         rec = self.records.get(worker)
         if rec is not None and not rec.active:
             del self.records[worker]
+            self.failing.discard(worker)
             self.generation += 1
             self.changes += 1
 
