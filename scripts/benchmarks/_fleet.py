@@ -12,7 +12,7 @@ seq patched in place.
 
 Commands from the parent (a pipe per process): ``kill WORKER`` (it falls silent right after
 its next report), ``watch TASKS`` (note when each is first added to some worker), ``traffic``
-(bytes in and out and reports so far), ``stop``.
+(bytes in and out, reports, and sets with content applied so far), ``stop``.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def run(endpoint: str, index: int, first: int, count: int, interval: float,
     dying: set[str] = set()
     last_report: dict[str, float] = {}
     watched: dict[str, float | None] = {}
-    bytes_out = bytes_in = reports = 0
+    bytes_out = bytes_in = reports = applied = 0
     pack_into, decode_as = struct.pack_into, codec.decode_as
     time.sleep(0.3)
     start = time.monotonic()
@@ -159,7 +159,7 @@ def run(endpoint: str, index: int, first: int, count: int, interval: float,
             elif cmd == "watch":
                 watched = dict.fromkeys(arg)
             elif cmd == "traffic":
-                ctl.send((bytes_in, bytes_out, reports))
+                ctl.send((bytes_in, bytes_out, reports, applied))
             elif cmd == "result":
                 ctl.send((dict(watched), dict(last_report)))
         now = time.monotonic()
@@ -216,6 +216,7 @@ def run(endpoint: str, index: int, first: int, count: int, interval: float,
                                 watched[t] = time.monotonic()
                     if _apply(w2, msg):
                         dirty.append(w2)
+                        applied += 1
             except zmq.Again:
                 pass
         if not dirty:  # a turn every LOOP_S at most: a few reports and sets each
@@ -261,9 +262,11 @@ class FleetProcs:
             c.send((cmd, arg))
         return [c.recv() for c in self._pipes] if cmd in ("traffic", "result") else []
 
-    def traffic(self) -> tuple[int, int, int]:
+    def traffic(self) -> tuple[int, int, int, int]:
+        """Bytes in and out, reports, sets with content applied: all so far."""
         got = self._ask("traffic")
-        return (sum(g[0] for g in got), sum(g[1] for g in got), sum(g[2] for g in got))
+        return (sum(g[0] for g in got), sum(g[1] for g in got), sum(g[2] for g in got),
+                sum(g[3] for g in got))
 
     def kill_and_wait(self, victim: str, tasks: list[str], timeout: float) -> float:
         """``victim`` falls silent after its next report; seconds from that report until its

@@ -4,12 +4,16 @@ For each fleet size, a real `corral-supervisor` at its default settings (lease 1
 2 s, tick 0.5 s; only `--expect-workers` set, so the warm-up ends once every worker reported)
 and that many emulated workers with 10 tasks each (the ingest benchmark's cheap senders, made
 to behave like workers: they apply instruction sets, assemble sets in parts, report what they
-run with its fencing tokens, every half lease as real workers do by default):
+run with its fencing tokens, every half lease as real workers do by default). The emulators
+run at nice 10: they stand for other machines, and on a 2-core box they would otherwise take
+the supervisor's core (starved, it falls behind, and then every renewal leaves in a system
+call of its own: at 100,000 workers its ZMQ thread went from 0.15 to 0.4 of a core):
 
 - ``cpu_share``: the supervisor's CPU seconds per second in the steady state;
 - ``rss_mb``: its resident memory then;
 - ``settle_s``: from running with every task assigned until no set with content has gone
-  out for two report intervals (the steady state the figures below are taken in);
+  out, or been applied by a worker, for two report intervals (the steady state the figures
+  below are taken in);
 - ``rebuild_s``: kill -9 and restart it: time until it runs again with every task assigned,
   rebuilt from the workers' reports (``rebuild_settle_s``: until settled again; ``stalls``:
   steps that kept it from reading reports for over a second; ``resends_after_rebuild``);
@@ -108,21 +112,24 @@ class Supervisor:
         raise RuntimeError(f"not running with every task assigned after {timeout:g} s; see "
                            f"{self.tmp / 'supervisor.log'}")
 
-    def wait_settled(self, timeout: float) -> float:
-        """Until no instruction set with content went out for two report intervals (every
-        worker reported what it runs, and nothing was resent): the steady state."""
+    def wait_settled(self, timeout: float, applied: Any) -> float:
+        """Until no instruction set with content went out or was applied for two report
+        intervals (every worker runs what it should, and nothing was resent): the steady
+        state. ``applied()`` counts the sets with content the workers applied (a first
+        placement's sets to 100,000 workers leave over many loop turns after the one
+        assignment event)."""
         deadline = time.monotonic() + timeout
         last, since = None, time.monotonic()
         while time.monotonic() < deadline:
             c = self.client.call("counters")
-            now = (c["assignment_events"], c["resends"], c["reconciliations"])
+            now = (c["assignment_events"], c["resends"], c["reconciliations"], applied())
             if now != last:
                 last, since = now, time.monotonic()
             elif time.monotonic() - since >= 2 * REPORT_INTERVAL:
                 return since
             time.sleep(0.5)
         raise RuntimeError(f"still sending sets after {timeout:g} s: (assignment events, "
-                           f"resends, reconciliations) = {last}")
+                           f"resends, reconciliations, sets applied) = {last}")
 
     def kill(self) -> None:
         assert self.proc is not None
@@ -155,7 +162,11 @@ def measure_size(workers: int, senders: int, steady_s: float) -> dict[str, Any]:
         sup.start()
         fleet.start(sup.endpoint)
         running = sup.wait_running(timeout=300)
-        out["settle_s"] = round(sup.wait_settled(timeout=300) - running, 3)
+
+        def applied() -> int:
+            return fleet.traffic()[3]
+
+        out["settle_s"] = round(sup.wait_settled(300, applied) - running, 3)
         assert sup.proc is not None
         pid = sup.proc.pid
         cpu0, w0, traffic0 = cpu_seconds(pid), time.monotonic(), fleet.traffic()
@@ -182,7 +193,7 @@ def measure_size(workers: int, senders: int, steady_s: float) -> dict[str, Any]:
         sup.kill()
         restarted = sup.start()
         out["rebuild_s"] = round(sup.wait_running(timeout=300) - restarted, 3)
-        out["rebuild_settle_s"] = round(sup.wait_settled(timeout=300) - restarted, 3)
+        out["rebuild_settle_s"] = round(sup.wait_settled(300, applied) - restarted, 3)
         out["stalls"] = c.call("counters")["stalls"]
         # One worker falls silent right after a report; its tasks go elsewhere.
         victim = fleet.worker_id(workers // 2)
