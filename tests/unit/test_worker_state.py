@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import msgspec
 import pytest
@@ -529,5 +530,5 @@ def test_a_renewed_worker_reports_once_per_interval(lease: float, rtt: float,
         sent.append(s.last.sent_at)
         s.at(s.now + rtt)
         s.send(lease=lease, answers=s.last)
-    gaps = [b - a for a, b in zip(sent[1:], sent[2:])]
+    gaps = [b - a for a, b in pairwise(sent[1:])]
     assert gaps and all(g == pytest.approx(lease / 2) for g in gaps), gaps
