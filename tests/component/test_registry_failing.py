@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from corral.common.protocol import Status
 from corral.common.timerwheel import TimerWheel
 from corral.supervisor.counters import Counters
-from corral.supervisor.registry import Outcome, Registry
+from corral.supervisor.registry import Registry
 
 WORKERS = ("a", "b", "weird id/ü", "c")
 
@@ -34,9 +34,7 @@ def test_failing_set_follows_every_record(ops: list[tuple]) -> None:
             seq = seqs[(worker, inc)] = seqs.get((worker, inc), 0) + 1
             status = Status(worker, inc, seq, now, 10.0, {"t1": 1, "t2": 2},
                             failures={"t1": 2} if failing else {})
-            outcome, rec = reg.classify(f"{worker}/{inc}".encode(), status, now)
-            if outcome is Outcome.WAITING and not rec.active:
-                reg.accept_contender(rec, now)
+            reg.classify(f"{worker}/{inc}".encode(), status, now)  # a rival waits if live
         elif o[0] == "wait":
             now += o[1]
             for rec in reg.expire(now):
