@@ -66,7 +66,12 @@ class Diff:
             d.add.update(dict.fromkeys(tasks))
 
     def merge(self, other: Diff) -> Diff:
+        mine = self.workers
         for w, d in other.workers.items():
+            if w not in mine:  # the usual case (a first placement: every worker): copy
+                if d.add or d.remove:
+                    mine[w] = WorkerDiff(dict(d.add), dict(d.remove))
+                continue
             for t in d.remove:
                 self.remove(w, t)
             for t in d.add:

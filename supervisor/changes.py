@@ -44,6 +44,11 @@ class Changes:
         for task in remove:
             self.diff.remove(worker, task)
 
+    def drop_diff(self) -> None:
+        """Forget the per-worker diff gathered so far: every worker it names gets its whole
+        set as a reset instead (the rebuild's last stage), which holds it."""
+        self.diff = Diff()
+
     def take(self) -> tuple[Diff, dict[str, None], dict[str, None]]:
         """What this event changed (per-worker diff, workers to reset, tasks whose spec
         changed), and start over."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corral.common.protocol import make_token
+from corral.common.protocol import Instructions, make_token
 from corral.supervisor import verbs
 from corral.supervisor.events import RoleChanged
 from corral.supervisor.ha import Role
@@ -82,6 +82,30 @@ def test_a_rebuild_cut_into_slices_gives_the_one_step_assignment(
         assert {t: sorted(ws) for t, ws in h.owners().items()} == assignment(h), (
             "the workers do not run what they were assigned")
     assert results[0] == results[1]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), st.sampled_from([1, 3, 10**9]))
+def test_each_worker_gets_its_set_once_from_a_rebuild(
+        history: tuple[int, dict[str, float], list[tuple[int, dict[str, int]]]],
+        budget: int) -> None:
+    # Found at 100,000 workers: the first placement went out as each worker's set, and the
+    # resets that end the rebuild then sent every worker the same set again.
+    replicas, tasks, workers = history
+    # No rebalance pass (move budget 0): its moves are sets of their own after the rebuild.
+    h = Harness(config(replicas=replicas, move_budget=0), dict(tasks), epoch=5)
+    h.core.rebuild_slice = budget
+    for w in fleet(workers):
+        h.add(w)
+    rebuilt(h, dt=0.25)
+    content = [(w, m) for w, m in h.sent
+               if isinstance(m, Instructions) and (m.reset or m.add or m.remove)]
+    got = [w for w, _ in content]
+    assert sorted(got) == sorted(w.id for w in h.workers.values()), (
+        "not one set with content per worker")
+    assert all(m.reset for _, m in content)  # each worker's whole set
+    for w, m in content:
+        assert set(m.add) == set(h.core.assigner.desired(w))
 
 
 def test_leases_are_renewed_between_slices() -> None:
