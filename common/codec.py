@@ -29,7 +29,9 @@ from .protocol import (
     PROTOCOL_VERSION,
     ControlReply,
     ControlRequest,
+    Instructions,
     Message,
+    Renewal,
     Status,
     StatusGlance,
 )
@@ -190,9 +192,14 @@ def encoded(value: Any) -> bytes:
     return _encode(value)
 
 
-def encode(msg: Message) -> bytes:
+# What each type is sent as: every message under its own kind, and a `Renewal` as the
+# instruction set it is (decoded, it is an `Instructions`).
+_SENT_AS: dict[type[Any], str] = {**KINDS, Renewal: KINDS[Instructions]}
+
+
+def encode(msg: Message | Renewal) -> bytes:
     """Encode a message into one frame. Raises TypeError for a value msgpack cannot carry."""
-    kind = KINDS.get(type(msg))
+    kind = _SENT_AS.get(type(msg))
     if kind is None:
         raise TypeError(f"not a message: {type(msg).__name__}")
     try:

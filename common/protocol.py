@@ -175,6 +175,21 @@ class Instructions(_Message, frozen=True):
     parts: Annotated[int, msgspec.Meta(ge=1, le=MAX_PARTS)] = 1
 
 
+class Renewal(_Message, frozen=True):
+    """An instruction set with nothing in it — a bare lease renewal — as the supervisor builds
+    it (most of what it sends: one per report). On the wire it is an `Instructions` with its
+    defaults left off (the same kind, the same bytes), and a worker decodes it as one; built
+    this way it carries no empty containers (a fifth of a renewal's cost at 100,000
+    workers)."""
+
+    epoch: UInt
+    seq: UInt
+    incarnation: UInt
+    lease: Num
+    answers_seq: UInt
+    answers_sent_at: Num
+
+
 class Refusal(_Message, frozen=True):
     """The supervisor will not accept this worker incarnation (``code`` says why)."""
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from corral.common.protocol import Instructions, make_token
+from corral.common.protocol import Instructions, Renewal, make_token
 
 from .config import SupervisorConfig
 from .counters import Counters
@@ -100,7 +100,7 @@ class Dispatch:
             return
         rec.out_seq += 1
         rec.last_sent_at = now
-        self._out.append(Send(rec.identity, Instructions(
+        self._out.append(Send(rec.identity, Renewal(
             life.epoch, rec.out_seq, rec.incarnation, self._lease, rec.last_seq,
             rec.seen_sent_at)))
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from corral.common.protocol import Instructions, Refusal, Status, StatusGlance
+from corral.common.protocol import Instructions, Refusal, Renewal, Status, StatusGlance
 from corral.common.tasklist import TaskEntry
 
 from .ha import Role
@@ -116,7 +116,7 @@ Event = (Report | RawReport | Reports | TasksFetched | RoleChanged | Command | P
 
 class Send(_Frozen, frozen=True):
     identity: bytes
-    message: Instructions | Refusal
+    message: Instructions | Renewal | Refusal
 
 
 class Fetch(_Frozen, frozen=True):

@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from corral.common.codec import encode, glance_status
-from corral.common.protocol import Instructions, Status
+from corral.common.protocol import Instructions, Renewal, Status
 from corral.common.tasklist import TaskEntry
 from corral.supervisor.config import SupervisorConfig
 from corral.supervisor.core import SupervisorCore
@@ -79,9 +79,10 @@ def measure(workers: int, reports: int, seed: int) -> dict[str, Any]:
     given: dict[bytes, dict[str, int]] = {}
     applied: dict[bytes, tuple[int, int]] = {}
     for a in actions:
-        if isinstance(a, Send) and isinstance(a.message, Instructions):
+        if isinstance(a, Send) and isinstance(a.message, Instructions | Renewal):
             msg = a.message
-            given.setdefault(a.identity, {}).update(msg.tokens)
+            if isinstance(msg, Instructions):
+                given.setdefault(a.identity, {}).update(msg.tokens)
             applied[a.identity] = (msg.epoch, msg.seq)
     statuses = {}
     for w in ids:

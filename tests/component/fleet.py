@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from corral.common.codec import encode, glance_status
+from corral.common.codec import decode, encode, glance_status
 from corral.common.protocol import Instructions, Refusal, Status, make_token
 from corral.common.tasklist import TaskEntry
 from corral.supervisor.config import SupervisorConfig
@@ -202,9 +202,12 @@ class Harness:
                 w = self.workers.get(a.identity)
                 if w is None:
                     continue
-                self.sent.append((w.id, a.message))
-                if not self.drop(w, a.message):
-                    w.deliver(a.message, self.now)
+                # As a worker gets it: a `Renewal` is an `Instructions` on the wire.
+                msg = decode(encode(a.message))
+                assert isinstance(msg, Instructions | Refusal)
+                self.sent.append((w.id, msg))
+                if not self.drop(w, msg):
+                    w.deliver(msg, self.now)
             elif isinstance(a, Fetch):
                 self.fetches += 1
                 src = self.source

@@ -19,6 +19,7 @@ from corral.common.protocol import (
     ControlRequest,
     Instructions,
     Refusal,
+    Renewal,
     Reply,
     Request,
     Status,
@@ -371,3 +372,13 @@ def test_fuzz_requests_and_replies_only_give_protocol_errors_or_messages() -> No
             assert codec.encode(codec.decode(again)) == again
             outcomes["valid"] += 1
     assert outcomes["error"] > 2_000 and outcomes["valid"] > 100, outcomes
+
+
+@given(uints, uints, uints, numbers, uints, numbers)
+def test_a_renewal_is_an_empty_instruction_set_on_the_wire(
+        epoch: int, seq: int, incarnation: int, lease: float, answers_seq: int,
+        answers_sent_at: float) -> None:
+    fields = (epoch, seq, incarnation, lease, answers_seq, answers_sent_at)
+    frame = codec.encode(Renewal(*fields))
+    assert frame == codec.encode(Instructions(*fields))
+    assert codec.decode(frame) == Instructions(*fields)
