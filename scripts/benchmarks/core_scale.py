@@ -8,6 +8,8 @@ driven in-process with the real messages, at its defaults, by N workers with 10 
 - ``rebuild_s``: the rebuild that ends the warm-up (N workers, 10 N tasks placed, every
   worker sent its reset), all its slices; ``rebuild_slice_max_s``: the longest slice — the
   longest the supervisor's loop does not read reports then;
+- ``changed_report_us``: per report of a worker that just applied its set (it runs what it
+  was given): read in full, judged, and settled;
 - ``settled_report_us``: per report of a settled worker (the fast path, with the lease
   renewals it answers), in random order over the fleet, so per-worker objects are cache misses
   as at fleet scale; ``cpu_share_at_default`` = that × N ÷ (lease ÷ 2);
@@ -85,13 +87,19 @@ def measure(workers: int, reports: int, seed: int) -> dict[str, Any]:
                 given.setdefault(a.identity, {}).update(msg.tokens)
             applied[a.identity] = (msg.epoch, msg.seq)
     statuses = {}
+    first = []
     for w in ids:
         ident = idents[w]
         seqs[w] += 1
         statuses[w] = Status(w, 1, seqs[w], now, TASKS_PER_WORKER, given.get(ident, {}),
                              applied=applied.get(ident, (0, 0)))
+        first.append((ident, encode(statuses[w])))
+    t0 = time.perf_counter()
+    for ident, frame in first:  # the report of a set applied: read in full, and settles it
         now += 1e-5
-        core.handle(Report(ident, statuses[w]), now)  # the first full report: settles it
+        core.handle(RawReport(ident, glance_status(frame), frame), now)
+    changed_us = (time.perf_counter() - t0) / workers * 1e6
+    del first
     rng = random.Random(seed)
     order = [rng.choice(ids) for _ in range(reports)]
     step = (LEASE / 2) / workers  # the fleet's reports spread over one interval
@@ -111,6 +119,7 @@ def measure(workers: int, reports: int, seed: int) -> dict[str, Any]:
     return {
         "workers": workers, "tasks": len(tasks), "join_us": round(join_us, 1),
         "rebuild_s": round(rebuild_s, 3), "rebuild_slice_max_s": round(slice_max, 3),
+        "changed_report_us": round(changed_us, 1),
         "settled_report_us": round(settled_us, 1),
         "cpu_share_at_default": round(settled_us * 1e-6 * workers / (LEASE / 2), 3),
         "rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
