@@ -19,7 +19,6 @@ Lifecycle of the daemon object (not the core's phases)::
 
 from __future__ import annotations
 
-import gc
 import signal
 import time
 from collections import deque
@@ -41,6 +40,7 @@ from . import epochs, metrics, verbs
 from .config import SupervisorConfig
 from .core import SupervisorCore
 from .counters import IoCounters
+from .cyclegc import CycleCollector
 from .endpoints import Endpoints
 from .events import (
     Action,
@@ -83,10 +83,6 @@ COALESCE_S = 0.01
 # A step that keeps the loop from reading for longer than this (a full placement of a very
 # large task list) is reported to the core as a stall: worker silence counts from its end.
 STALL_S = 1.0
-# A step this long made long-lived objects: they are moved out of the cycle collector's sight
-# (gc.freeze). They are still freed by reference counting; only garbage in a cycle that was
-# alive at that moment would be kept, and our state holds none.
-FREEZE_AFTER_S = 0.05
 # Under a backlog, after a slice of the rebuild the loop reads for this many times as long
 # (measured at 100,000 workers: with 2, slices got ~14 % of the loop, as a turn that read a
 # full batch ran past their due time, and the rebuild took 161 s).
@@ -107,6 +103,7 @@ class Daemon:
         epoch = 0 if config.ha else epochs.next_epoch(self.epoch_path)
         self.core = SupervisorCore(config, epoch, clock())
         self.io = IoCounters()
+        self.gc = CycleCollector(self.io)  # when Python's cycle collector runs (cyclegc.py)
         self.core.queries.attach(self.io)
         self._signals: deque[int] = deque()
         self._roles: deque[Role] = deque()
@@ -234,10 +231,13 @@ class Daemon:
         # SLICE_SHARE times as long as the last slice took): a backlog never stops it, and
         # silence is judged as of the last time nothing waited unread.
         if core.busy and (handled < MAX_BATCH or self.clock() >= self._slice_due):
+            self.gc.busy(True)
             t0 = time.perf_counter()
             self._step(_CONTINUE, now)
             took = time.perf_counter() - t0
             self._slice_due = self.clock() + SLICE_SHARE * took
+        if self.gc.paused and not core.busy:  # the sliced work ended (or was dropped)
+            self.gc.busy(False)
         self._send_queued()
         if now >= self._next_snapshot:
             self._next_snapshot = now + 1.0
@@ -255,12 +255,7 @@ class Daemon:
         if c.assignment_events != before:
             self.io.assignment_seconds += busy
         self._execute(actions)
-        if busy > FREEZE_AFTER_S:
-            # What a long step built (a placement, a rebuild: millions of objects) lives as
-            # long as the assignment. Out of the collector's sight it is not scanned again by
-            # every full collection (a quarter of the CPU at 100,000 workers). O(1).
-            gc.freeze()
-            self.io.gc_freezes += 1
+        self.gc.after_step(busy)
         if busy > STALL_S:
             self._execute(self.core.handle(Stalled(busy), self.clock()))
 

@@ -4,6 +4,7 @@ enqueues the shutdown verb that the next loop turn carries out."""
 
 from __future__ import annotations
 
+import gc
 import signal
 from pathlib import Path
 
@@ -91,15 +92,22 @@ def test_a_rebuild_in_slices_takes_one_per_loop_turn_without_waiting(tmp_path: P
     try:
         clock.now += 1.0
         turns = 0
+        assert gc.isenabled()
+        freezes = d.io.gc_freezes
         for _ in range(400):  # the task query runs on the fetcher's thread; it wakes the loop
             d.step(max_wait=0.05)
             if d.core.busy:
                 turns += 1
                 assert d.poll_timeout(clock()) == 0.0  # no sleeping while a rebuild is cut
+                if turns > 1:  # (a slice ran, and the collector was paused for it)
+                    assert not gc.isenabled(), "the cycle collector ran during the rebuild"
             if d.core.life.phase is Phase.RUNNING and not d.core.busy:
                 break
         assert d.core.life.phase is Phase.RUNNING and not d.core.busy
         assert turns >= 19  # one slice a turn (the clock never moved: no timer drove them)
         assert d.core.queries.placement_summary()["tasks_total"] == 40
+        # Done: what the rebuild built was frozen, and the collector runs again.
+        assert gc.isenabled() and d.io.gc_freezes > freezes
     finally:
         d.close()
+        gc.enable()
