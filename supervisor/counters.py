@@ -50,7 +50,7 @@ class IoCounters:
     send_failures: int = 0  # peer gone or its queue full
     control_errors: int = 0  # control requests answered with an error
     control_replies_dropped: int = 0  # replies to a client that was gone or not reading
-    gc_freezes: int = 0  # long steps after which what they built was frozen (gc.freeze)
+    gc_freezes: int = 0  # times what was built was frozen (gc.freeze): long steps, rebuild ends
     assignment_seconds: float = 0.0  # time spent in core steps that were assignment events
 
     def as_dict(self) -> dict[str, float]:

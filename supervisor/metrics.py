@@ -27,7 +27,8 @@ COUNTERS = {
     "bad_task_maps": "reports whose task maps were not valid (dropped)",
     "decode_errors": "frames that were not valid messages",
     "bad_frames": "messages with the wrong number of frames",
-    "gc_freezes": "long steps after which what they built was moved out of the collector's sight",
+    "gc_freezes": ("times what was built (a step over 50 ms, a rebuild in slices) was moved "
+                   "out of the collector's sight"),
     "control_errors": "control requests answered with an error",
     "control_replies_dropped": "control replies to a client that was gone or not reading",
     "messages_out": "messages sent to workers",
