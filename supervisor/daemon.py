@@ -398,6 +398,7 @@ class Daemon:
         if self._closed:
             return
         self._closed = True
+        self.gc.busy(False)  # stopped mid-rebuild: the collector runs again in this process
         if self.election is not None:
             self.election.stop()
             self.election = None

@@ -111,3 +111,26 @@ def test_a_rebuild_in_slices_takes_one_per_loop_turn_without_waiting(tmp_path: P
     finally:
         d.close()
         gc.enable()
+
+
+def test_a_daemon_closed_mid_rebuild_turns_the_collector_back_on(tmp_path: Path) -> None:
+    (tmp_path / "tasks.txt").write_text("".join(f"t{i}\n" for i in range(40)))
+    cfg = SupervisorConfig(bind=f"tcp://127.0.0.1:{free_port()}",
+                           control=f"tcp://127.0.0.1:{free_port()}",
+                           tasks=f"file:{tmp_path / 'tasks.txt'}", warmup=1.0,
+                           query_interval=600.0, state_file=str(tmp_path / "epoch"))
+    clock = FakeClock(100.0)
+    d = Daemon(cfg, clock=clock, sleep=lambda s: None)
+    d.core.rebuild_slice = 1  # far more slices than the loop below runs
+    try:
+        clock.now += 1.0
+        for _ in range(400):  # until a slice ran (the query answers on the fetcher's thread)
+            d.step(max_wait=0.05)
+            if d.gc.paused:
+                break
+        assert d.core.busy and not gc.isenabled()
+    finally:
+        d.close()
+        enabled = gc.isenabled()
+        gc.enable()
+    assert enabled, "the daemon stopped mid-rebuild with the cycle collector still off"
