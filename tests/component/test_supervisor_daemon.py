@@ -80,7 +80,9 @@ def test_sends_to_gone_peers_in_a_queue_are_counted_not_fatal(tmp_path: Path) ->
         d.close()
 
 
-def test_a_rebuild_in_slices_takes_one_per_loop_turn_without_waiting(tmp_path: Path) -> None:
+def sliced(tmp_path: Path, slice_items: int) -> tuple[Daemon, FakeClock]:
+    """A daemon on a fake clock with 40 tasks in a file, whose rebuild runs in slices of
+    ``slice_items``; its warm-up (1 s) is over by its first step."""
     (tmp_path / "tasks.txt").write_text("".join(f"t{i}\n" for i in range(40)))
     cfg = SupervisorConfig(bind=f"tcp://127.0.0.1:{free_port()}",
                            control=f"tcp://127.0.0.1:{free_port()}",
@@ -88,9 +90,14 @@ def test_a_rebuild_in_slices_takes_one_per_loop_turn_without_waiting(tmp_path: P
                            query_interval=600.0, state_file=str(tmp_path / "epoch"))
     clock = FakeClock(100.0)
     d = Daemon(cfg, clock=clock, sleep=lambda s: None)
-    d.core.rebuild_slice = 2  # 40 tasks: 20 slices and more
+    d.core.rebuild_slice = slice_items
+    clock.now += 1.0
+    return d, clock
+
+
+def test_a_rebuild_in_slices_takes_one_per_loop_turn_without_waiting(tmp_path: Path) -> None:
+    d, clock = sliced(tmp_path, 2)  # 40 tasks: 20 slices and more
     try:
-        clock.now += 1.0
         turns = 0
         assert gc.isenabled()
         freezes = d.io.gc_freezes
@@ -114,16 +121,8 @@ def test_a_rebuild_in_slices_takes_one_per_loop_turn_without_waiting(tmp_path: P
 
 
 def test_a_daemon_closed_mid_rebuild_turns_the_collector_back_on(tmp_path: Path) -> None:
-    (tmp_path / "tasks.txt").write_text("".join(f"t{i}\n" for i in range(40)))
-    cfg = SupervisorConfig(bind=f"tcp://127.0.0.1:{free_port()}",
-                           control=f"tcp://127.0.0.1:{free_port()}",
-                           tasks=f"file:{tmp_path / 'tasks.txt'}", warmup=1.0,
-                           query_interval=600.0, state_file=str(tmp_path / "epoch"))
-    clock = FakeClock(100.0)
-    d = Daemon(cfg, clock=clock, sleep=lambda s: None)
-    d.core.rebuild_slice = 1  # far more slices than the loop below runs
+    d, _ = sliced(tmp_path, 1)  # far more slices than the loop below runs
     try:
-        clock.now += 1.0
         for _ in range(400):  # until a slice ran (the query answers on the fetcher's thread)
             d.step(max_wait=0.05)
             if d.gc.paused:
