@@ -107,6 +107,14 @@ class LeaseExtended:
 
 
 @dataclass(frozen=True)
+class Reconnect:
+    """The lease lapsed: no answer came back to the reports, whatever path carried them. The
+    loop opens every connection to the supervisors again: a path that acknowledges what it is
+    sent and holds it (a proxy, a middlebox) is invisible to TCP, and no ZMTP heartbeat is
+    kept (they cost the supervisor more than the reports do)."""
+
+
+@dataclass(frozen=True)
 class Log:
     """A line for the operator; the machine decides what is worth saying, the loop says it."""
 
@@ -122,7 +130,7 @@ class Exit:
     code: int
 
 
-Action = StartTask | StopTask | SendStatus | LeaseExtended | Log | Exit
+Action = StartTask | StopTask | SendStatus | LeaseExtended | Reconnect | Log | Exit
 
 # Exit statuses of `corral-worker run`.
 EXIT_OK = 0

@@ -198,9 +198,7 @@ class WorkerLoop:
                 self._poller.unregister(self._keeper.fileno())
                 self._dispatch(ev.KeeperLost(reason), now, channel)
         if channel.unsent:
-            for old, new in channel.reopen_stale():
-                self._poller.unregister(old)
-                self._poller.register(new, zmq.POLLIN)
+            self._swap(channel.reopen_stale())
             channel.resend()
         if any(sock in ready for sock in channel.sockets):
             for msg in channel.receive():
@@ -214,6 +212,12 @@ class WorkerLoop:
         self._dispatch(ev.Tick(), now, channel)
         if server is not None and server.socket in ready:
             server.drain()
+
+    def _swap(self, pairs: list[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]]) -> None:
+        """Poll the channel's reopened sockets instead of the ones they replace."""
+        for old, new in pairs:
+            self._poller.unregister(old)
+            self._poller.register(new, zmq.POLLIN)
 
     def _checks_ready(self) -> bool:
         return self._machine.phase is Phase.STARTING and self._runner.has_ready
@@ -251,6 +255,8 @@ class WorkerLoop:
                     self._lease_until = expires
                 if self._keeper is not None:
                     self._keeper.extend(expires)
+            case ev.Reconnect():
+                self._swap(channel.reopen_all())
             case ev.SendStatus(status):
                 channel.send(status if self._server is None else self._server.annotate(status))
             case ev.Log(level, event, fields):

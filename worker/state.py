@@ -21,7 +21,7 @@ renews it, to ``max(lease_expires, answers_sent_at + lease)``, announced by a `L
 action (for the lease keeper) before any start it allows. Every `handle` first expires what
 is due at ``now``, so a renewal that arrives after the lease lapsed cannot undo the lapse:
 with ``on_lease_loss=stop`` the tasks are already gone, and the supervisor will send them
-again.
+again. A lapse also asks the loop to open its connections again (`Reconnect`).
 New tasks are started only under a held lease.
 """
 
@@ -189,6 +189,7 @@ class WorkerMachine:
             keep = self._cfg.on_lease_loss is LeaseLoss.KEEP
             out.append(ev.Log("warning", "lease lost: no renewal from the supervisor",
                               {"tasks": len(self._tasks), "action": "keep" if keep else "stop"}))
+            out.append(ev.Reconnect())
             if not keep:
                 self._tasks.stop_all(out)
         if self._phase is Phase.STARTING and self._ready_at is not None and now >= self._ready_at:

@@ -38,7 +38,6 @@ class Bounds:
 
     lease: float
     failover: float
-    heartbeat: float
     report: float
     warmup: float
     handoff: float
@@ -47,12 +46,11 @@ class Bounds:
     slack: float
 
     @classmethod
-    def from_timings(cls, tm: Timings, *, slack: float = 1.5, heartbeat: float = 6.0,
+    def from_timings(cls, tm: Timings, *, slack: float = 1.5,
                      max_delay: float = 0.8) -> Bounds:
         return cls(
             lease=tm.lease,
             failover=tm.lease + tm.margin + tm.tick + 2 * tm.report,
-            heartbeat=heartbeat,
             report=tm.report,
             warmup=tm.warmup,
             handoff=2 * tm.report + 2 * max_delay + slack,

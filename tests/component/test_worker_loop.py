@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+import zmq
 
 from corral.common.protocol import WorkerState, make_token
-from corral.worker.channel import routing_id
+from corral.worker.channel import UNACKED_TIMEOUT_MS, Channel, routing_id
 from corral.worker.config import WorkerConfig
 from corral.worker.loop import WorkerLoop
 from corral.worker.runner import CallRunner
@@ -155,6 +156,29 @@ def test_lease_lapse_stops_the_tasks_and_is_reported(
     status = supervisor.wait_for(lambda s: s.running == {})
     assert recorder.calls == [("start", "a"), ("stop", "a")]
     assert worker.thread.is_alive()  # it goes on reporting, waiting for a supervisor
+    # The lapse opened the connection again (no answer came back on it), once, and reports
+    # go on arriving over the new one.
+    assert worker.loop.counters()["reopened"] == 1
+    before = supervisor.recv().seq
+    assert supervisor.recv().seq > before
+    assert worker.loop.counters()["reopened"] == 1
+
+
+def test_the_connection_has_no_zmtp_heartbeat_but_kernel_timeouts() -> None:
+    """A ZMTP PING a second per worker cost the supervisor more than the reports; the kernel
+    watches the connection instead (TCP_USER_TIMEOUT, keepalive)."""
+    ctx = zmq.Context()
+    try:
+        ch = Channel(ctx, f"tcp://127.0.0.1:{free_port()}", "w1", 1)
+        (sock,) = ch.sockets
+        assert sock.get(zmq.HEARTBEAT_IVL) == 0
+        assert sock.get(zmq.TCP_MAXRT) == UNACKED_TIMEOUT_MS
+        assert sock.get(zmq.TCP_KEEPALIVE) == 1
+        (old, new), = ch.reopen_all()
+        assert old.closed and ch.sockets == [new] and new.get(zmq.TCP_MAXRT) == UNACKED_TIMEOUT_MS
+        new.close(linger=0)
+    finally:
+        ctx.term()
 
 
 def test_refusal_stops_the_tasks_and_exits_3(

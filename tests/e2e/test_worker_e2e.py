@@ -150,3 +150,33 @@ def test_cut_off_worker_stops_its_tasks_before_others_get_them(procs: Procs) -> 
             assert all(owners_at(spans, task, t) <= 1 for t in events), task
     finally:
         proxy.close()
+
+
+def test_a_worker_that_hears_nothing_back_opens_its_connection_again(procs: Procs) -> None:
+    """Only the supervisor -> worker direction is black-holed, on a path that acknowledges
+    what it is sent (the proxy: TCP cannot see this partition, and no ZMTP heartbeat is
+    kept). Reports still arrive; renewals do not. `a` stops its tasks when its lease lapses
+    and opens its connection again, whose handshake cannot complete: the supervisor stops
+    hearing it and gives its tasks to `b` and `c` (without the reopening, `a` would keep
+    reporting and its tasks would stay unowned as long as the partition lasts)."""
+    sup = supervisor(procs, 18, expect_workers=3, warmup=10)
+    proxy = Proxy(sup.port)
+    try:
+        port = proxy.add_route("a")
+        start_worker(procs, sup, "a", 20, endpoint=f"tcp://127.0.0.1:{port}")
+        for name in ("b", "c"):
+            start_worker(procs, sup, name, 20)
+        names = ["a", "b", "c"]
+        wait_until(lambda: all_running(procs, names, 18), what="18 tasks running")
+        mine = {t for t, ws in running_now(procs, names).items() if ws == ["a"]}
+        assert mine
+        proxy.set_fault("a", Fault(up=False, down=True))
+        # a's lease lapses within LEASE; the supervisor heard it last about then, and gives
+        # its tasks away LEASE + MARGIN (+ a tick) later; each then starts within a report.
+        wait_until(lambda: mine <= set(running_now(procs, ["b", "c"])),
+                   timeout=2 * LEASE + MARGIN + 10, what="a's tasks running on b and c")
+        assert not set(running_now(procs, ["a"])) & mine  # it gave them up (lease lapsed)
+        rows = {w["id"]: w for w in sup.ctl("workers")["workers"]}
+        assert "a" not in rows or not rows["a"]["active"], rows["a"]  # timed out: unheard
+    finally:
+        proxy.close()

@@ -19,6 +19,7 @@ from corral.worker.events import (
     HandlerReady,
     Log,
     Received,
+    Reconnect,
     SendStatus,
     StartTask,
     StopRequested,
@@ -231,6 +232,33 @@ def test_lease_lapse_stops_every_task_and_says_so() -> None:
     status = s.tick()
     assert status is not None and not status.lease_held and status.running == {}
     assert s.logs("warning") == ["lease lost: no renewal from the supervisor"]
+    assert sum(isinstance(a, Reconnect) for a in s.actions) == 1  # connections reopened
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["tick", "renew", "late"]),
+                          st.floats(0.0, 4.0, allow_nan=False)), max_size=40),
+       st.sampled_from(list(LeaseLoss)))
+def test_each_lapse_asks_once_for_the_connections_to_be_reopened(
+        steps: list[tuple[str, float]], policy: LeaseLoss) -> None:
+    """Over random histories of time passing and renewals (timely, or answering an old
+    report), `Reconnect` comes exactly once per lapse of a held lease, whatever the policy,
+    and never while the lease is held."""
+    s = Sim(replace(CFG, on_lease_loss=policy))
+    s.send(add=("a",), lease=3.0)
+    old = s.last
+    for kind, dt in steps:
+        held, expires = s.m.lease_held, s.m.lease_expires
+        s.now += dt
+        out = s.feed(Tick()) if kind == "tick" else s.send(
+            lease=3.0, answers=old if kind == "late" else None)
+        asked = sum(isinstance(a, Reconnect) for a in out)
+        # Every step first expires what is due: a held lease past its end lapsed here, even
+        # if the renewal of this same step then grants a new one.
+        lapsed = held and s.now >= expires
+        assert asked == (1 if lapsed else 0), (kind, dt, held, expires, s.now)
+        if kind == "tick" and dt > 2.0:
+            old = s.last
 
 
 def test_lease_lapse_with_keep_keeps_the_tasks() -> None:
