@@ -14,7 +14,7 @@ from corral.common import logs
 from corral.common.errors import ConfigError
 
 from . import config as config_mod
-from . import curve
+from . import curve, fdlimit
 from .daemon import Daemon
 from .endpoints import BindError
 
@@ -43,6 +43,11 @@ def run(config_path: str | None, **flags: Any) -> None:
         click.echo(f"corral-supervisor: configuration error: {exc}", err=True)
         sys.exit(2)
     logs.configure(cfg.log_level, cfg.log_json)
+    _, files = fdlimit.raise_soft_limit()
+    if files < fdlimit.ROOM:
+        logs.get("corral.supervisor").warning(
+            "few open files allowed: each worker connection takes one; raise LimitNOFILE",
+            limit=files)
     try:
         daemon = Daemon(cfg)
         code = daemon.run()

@@ -1,9 +1,12 @@
 """Emulated workers that behave like workers, cheaply: for scripts/bench scale.
 
-A few processes each emulate thousands of workers, `PER_SOCKET` of them behind each DEALER
-(distinct worker ids and incarnations, like the ingest benchmark's senders; not one socket each,
-which would cost the machine 100,000 connections, nor one for thousands, whose bursts would
-overflow the supervisor's per-peer send queue, which is sized for one worker). Unlike those,
+A few processes each emulate thousands of workers, `PER_SOCKET` of them behind each DEALER by
+default (distinct worker ids and incarnations, like the ingest benchmark's senders; not one
+for thousands, whose bursts would overflow the supervisor's per-peer send queue, which is sized
+for one worker). ``per_socket=1`` gives each its own connection, as a real fleet has: each
+costs the supervisor ~27 KB of ZeroMQ buffers and some CPU (docs/operations.md "Sizing"). The
+sockets carry a real worker's transport options (`corral.worker.channel.transport_options`),
+so they cost the supervisor what a worker's connection does. Unlike those,
 each emulated worker applies the instruction sets it is sent — resets, adds, removes, sets in
 parts — and reports what it runs with the fencing tokens it was given, so the supervisor sees a
 settled fleet and takes its fast path. Reports go out every ``interval`` seconds per worker,
@@ -105,24 +108,32 @@ def _apply(w: _Worker, msg: Any) -> bool:
 
 
 def run(endpoint: str, index: int, first: int, count: int, interval: float,
-        ctl: Connection) -> None:
+        ctl: Connection, per_socket: int = PER_SOCKET) -> None:
     # The emulated workers stand for other machines: on this small box they run below the
     # supervisor's priority, so they do not take its core (they still get all the CPU it
     # leaves; their own timing is paced, not measured).
     os.nice(NICE)
+    from corral.worker.channel import transport_options
+
+    n_socks = (count + per_socket - 1) // per_socket
     ctx = zmq.Context()
+    ctx.set(zmq.MAX_SOCKETS, n_socks + 64)
+    # One source address per process: loopback has ~28,000 ephemeral ports per address pair.
+    here = f"tcp://127.1.{index % 250}.1:0;" if per_socket < PER_SOCKET else "tcp://"
+    there = endpoint.removeprefix("tcp://")
     # epoll on the sockets' ZMQ_FDs, not zmq_poll: zmq_poll asks every socket, a thousand of
     # them per process at 100,000 workers, every turn (most of what this process cost).
     ep = select.epoll()
     by_fd: dict[int, Any] = {}
     socks = []
-    for k in range((count + PER_SOCKET - 1) // PER_SOCKET):
+    for k in range(n_socks):
         s = ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.IDENTITY, f"fleet-{index}-{k}".encode())
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.SNDHWM, 10_000)
         s.setsockopt(zmq.RCVHWM, 10_000)
-        s.connect(endpoint)
+        transport_options(s)
+        s.connect(here + there)
         fd = s.getsockopt(zmq.FD)
         ep.register(fd, select.EPOLLIN)
         by_fd[fd] = s
@@ -133,7 +144,7 @@ def run(endpoint: str, index: int, first: int, count: int, interval: float,
 
     workers = [_Worker(worker_id(first + i), 1000 + first + i) for i in range(count)]
     for i, w in enumerate(workers):
-        w.sock = socks[i // PER_SOCKET]
+        w.sock = socks[i // per_socket]
     by_inc = {w.inc: w for w in workers}
     for w in workers:
         _encode(w)
@@ -148,7 +159,9 @@ def run(endpoint: str, index: int, first: int, count: int, interval: float,
     start = time.monotonic()
     sent = 0
     touched: set[Any] = set()
-    next_sweep = start + SWEEP_S
+    # Every socket is read once a sweep (below): with thousands, less often.
+    sweep_s = SWEEP_S * max(1.0, len(socks) / 2000)
+    next_sweep = start + sweep_s
     while True:
         if ctl.poll():
             cmd, arg = ctl.recv()
@@ -197,7 +210,7 @@ def run(endpoint: str, index: int, first: int, count: int, interval: float,
         touched = set()
         if now >= next_sweep:
             ready.update(socks)
-            next_sweep = now + SWEEP_S
+            next_sweep = now + sweep_s
         for sock in ready:
             try:
                 while True:
@@ -236,8 +249,10 @@ def worker_id(i: int) -> str:
 class FleetProcs:
     """The emulating processes, and the parent's side of their pipes."""
 
-    def __init__(self, workers: int, procs: int, interval: float) -> None:
+    def __init__(self, workers: int, procs: int, interval: float,
+                 per_socket: int = PER_SOCKET) -> None:
         self.workers, self.procs, self.interval = workers, procs, interval
+        self.per_socket = per_socket
         self._ps: list[Any] = []
         self._pipes: list[Connection] = []
         self._per = workers // procs
@@ -248,8 +263,8 @@ class FleetProcs:
             first = k * self._per
             count = self._per if k < self.procs - 1 else self.workers - first
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=run, args=(endpoint, k, first, count, self.interval, child),
-                            daemon=True)
+            p = ctx.Process(target=run, args=(endpoint, k, first, count, self.interval, child,
+                                              self.per_socket), daemon=True)
             p.start()
             self._ps.append(p)
             self._pipes.append(parent)

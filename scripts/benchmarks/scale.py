@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _fleet import FleetProcs  # scripts/benchmarks/_fleet.py: the emulated workers
+from _fleet import PER_SOCKET, FleetProcs  # scripts/benchmarks/_fleet.py: the emulated workers
 
 from corral.client import ControlClient
 from corral.client.errors import ControlFailed, Unreachable
@@ -166,10 +166,11 @@ def timed(fn: Any) -> float:
     return time.perf_counter() - t
 
 
-def measure_size(workers: int, senders: int, steady_s: float) -> dict[str, Any]:
+def measure_size(workers: int, senders: int, steady_s: float,
+                 per_socket: int = PER_SOCKET) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix=f"corral-scale-{workers}-"))
     sup = Supervisor(workers, tmp)
-    fleet = FleetProcs(workers, senders, REPORT_INTERVAL)
+    fleet = FleetProcs(workers, senders, REPORT_INTERVAL, per_socket)
     out: dict[str, Any] = {}
     try:
         sup.start()
@@ -242,12 +243,33 @@ def placement_1m() -> dict[str, Any]:
     return measure()  # type: ignore[no-any-return]
 
 
+def _more_files(connections: int, senders: int) -> None:
+    """A connection per worker: the supervisor needs a descriptor per connection, and each
+    emulator two per socket (children inherit the limit); above the hard limit it takes root
+    (CAP_SYS_RESOURCE)."""
+    import resource
+
+    need = max(connections, 2 * connections // senders) + 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= need:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, max(need, hard)))
+    except (ValueError, OSError) as exc:
+        sys.exit(f"scale: {connections} connections need {need} open files; the limit is "
+                 f"{soft} (hard {hard}) and cannot be raised: {exc}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("-o", "--output", choices=["table", "json"], default="table")
     ap.add_argument("--sizes", default="10000,30000,100000",
                     help="fleet sizes, comma-separated [default: 10000,30000,100000]")
     ap.add_argument("--senders", type=int, default=4, help="emulating processes")
+    ap.add_argument("--per-socket", type=int, default=PER_SOCKET,
+                    help=f"emulated workers per connection [default: {PER_SOCKET}; 1: a "
+                         "connection each, as a real fleet (as root: the open-file limit is "
+                         "raised for it)]")
     ap.add_argument("--steady", type=float, default=20.0, help="seconds of steady state")
     ap.add_argument("--no-placement", action="store_true", help="skip placement_1m")
     ap.add_argument("--lease", type=float, default=None,
@@ -258,15 +280,20 @@ def main() -> None:
     if args.lease is not None:  # a longer lease: workers report every lease / 2, as real ones
         LEASE, REPORT_INTERVAL = args.lease, args.lease / 2
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    if args.per_socket < 1:
+        ap.error("--per-socket must be at least 1")
+    if args.per_socket < PER_SOCKET:
+        _more_files(max(sizes) // args.per_socket, args.senders)
     by_size: dict[str, Any] = {}
     for n in sizes:
         print(f"scale: {n} workers × {TASKS_PER_WORKER} tasks …", file=sys.stderr)
-        by_size[str(n)] = measure_size(n, args.senders, args.steady)
+        by_size[str(n)] = measure_size(n, args.senders, args.steady, args.per_socket)
         print(f"  {json.dumps(by_size[str(n)])}", file=sys.stderr)
     result: dict[str, Any] = {"workers": sizes, "by_size": by_size,
                               "settings": {"lease": LEASE, "margin": MARGIN, "tick": TICK,
                                            "report_interval": round(REPORT_INTERVAL, 3),
-                                           "tasks_per_worker": TASKS_PER_WORKER}}
+                                           "tasks_per_worker": TASKS_PER_WORKER,
+                                           "workers_per_connection": args.per_socket}}
     if not args.no_placement:
         print("scale: placement at 1 M tasks × 10 k workers × 2 replicas …", file=sys.stderr)
         result["placement_1m"] = placement_1m()
