@@ -7,7 +7,11 @@ peer; ``MAXMSGSIZE`` — libzmq refuses an oversized frame before buffering it;
 ``SNDHWM`` = `SEND_HWM` sets per peer (one worker): beyond that the worker is *slow* and a send
 fails at once; ``ROUTER_MANDATORY`` — a send to a gone peer raises (``EHOSTUNREACH``), which
 is how the registry learns that a worker's old process is gone; ``ROUTER_HANDOVER`` — a
-reconnecting worker is never locked out by its own stale connection.
+reconnecting worker is never locked out by its own stale connection; TCP keepalive on the
+worker endpoint — a connection from a worker host that vanished (no FIN, no RST) is closed by
+the kernel `KEEPALIVE_IDLE_S` + a few probes after its last byte, instead of holding a
+descriptor and ~27 KB of ZeroMQ buffers for ever (a live worker reports more often than that,
+so its connection is never probed).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from . import curve
 from .config import SupervisorConfig
 
 SEND_HWM = 64  # instruction sets queued per worker; beyond that the worker is "slow"
+KEEPALIVE_IDLE_S, KEEPALIVE_INTVL_S, KEEPALIVE_CNT = 75, 5, 3  # above the longest report interval
 
 
 class BindError(RuntimeError):
@@ -46,6 +51,10 @@ class Endpoints:
                 self.guard = curve.Guard(self.ctx, config.curve_secret_key)
                 self.key_names = self.guard.protect(self.router, "workers",
                                                     config.authorized_keys, "authorized_keys")
+            for option, value in ((zmq.TCP_KEEPALIVE, 1), (zmq.TCP_KEEPALIVE_IDLE,
+                                  KEEPALIVE_IDLE_S), (zmq.TCP_KEEPALIVE_INTVL, KEEPALIVE_INTVL_S),
+                                  (zmq.TCP_KEEPALIVE_CNT, KEEPALIVE_CNT)):
+                self.router.setsockopt(option, value)  # before bind: connections inherit them
             self._bind(self.router, config.bind)
             self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
             self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
