@@ -7,7 +7,9 @@ to behave like workers: they apply instruction sets, assemble sets in parts, rep
 run with its fencing tokens, every half lease as real workers do by default). The emulators
 run at nice 10: they stand for other machines, and on a 2-core box they would otherwise take
 the supervisor's core (starved, it falls behind, and then every renewal leaves in a system
-call of its own: at 100,000 workers its ZMQ thread went from 0.15 to 0.4 of a core):
+call of its own: at 100,000 workers its ZMQ thread went from 0.15 to 0.4 of a core). They
+share a connection 25 at a time; ``--per-socket 1`` gives each its own, as a real fleet has
+(≈ 27 KB of the supervisor's memory each, and an open file on both sides):
 
 - ``cpu_share``: the supervisor's CPU seconds per second in the steady state;
 - ``rss_mb``: its resident memory then;
