@@ -5,9 +5,11 @@ Timings are short: lease 3 s, margin 1 s, tick 0.25 s, reports every 0.5 s.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,26 @@ def supervisor(procs: Procs, n: int, **opts: object) -> Supervisor:
 def all_running(procs: Procs, names: list[str], n: int, replicas: int = 1) -> bool:
     now = running_now(procs, names)
     return len(now) == n and all(len(v) == replicas for v in now.values())
+
+
+@contextlib.contextmanager
+def a_behind_a_proxy(procs: Procs) -> Iterator[tuple[Supervisor, Proxy, set[str]]]:
+    """18 tasks on workers `a` (reaching the supervisor through a fault-injecting proxy), `b`
+    and `c`, all running; yields the supervisor, the proxy and the tasks only `a` runs."""
+    sup = supervisor(procs, 18, expect_workers=3, warmup=10)
+    proxy = Proxy(sup.port)
+    try:
+        port = proxy.add_route("a")
+        start_worker(procs, sup, "a", 20, endpoint=f"tcp://127.0.0.1:{port}")
+        for name in ("b", "c"):
+            start_worker(procs, sup, name, 20)
+        names = ["a", "b", "c"]
+        wait_until(lambda: all_running(procs, names, 18), what="18 tasks running")
+        mine = {t for t, ws in running_now(procs, names).items() if ws == ["a"]}
+        assert mine
+        yield sup, proxy, mine
+    finally:
+        proxy.close()
 
 
 def test_utilizations_differ_by_at_most_one_task(procs: Procs) -> None:
@@ -121,17 +143,8 @@ def test_cut_off_worker_stops_its_tasks_before_others_get_them(procs: Procs) -> 
     """Worker `a` reaches the supervisor through a proxy that then black-holes both directions:
     `a` gives its tasks up when its lease lapses, before the supervisor (lease + margin after
     the last report it received) hands them to `b` and `c`. The journals show no overlap."""
-    sup = supervisor(procs, 18, expect_workers=3, warmup=10)
-    proxy = Proxy(sup.port)
-    try:
-        port = proxy.add_route("a")
-        start_worker(procs, sup, "a", 20, endpoint=f"tcp://127.0.0.1:{port}")
-        for name in ("b", "c"):
-            start_worker(procs, sup, name, 20)
+    with a_behind_a_proxy(procs) as (_, proxy, mine):
         names = ["a", "b", "c"]
-        wait_until(lambda: all_running(procs, names, 18), what="18 tasks running")
-        mine = {t for t, ws in running_now(procs, names).items() if ws == ["a"]}
-        assert mine
         proxy.set_fault("a", Fault(up=True, down=True))
         cut = time.monotonic()
         wait_until(lambda: mine <= set(running_now(procs, ["b", "c"])),
@@ -148,8 +161,6 @@ def test_cut_off_worker_stops_its_tasks_before_others_get_them(procs: Procs) -> 
         for task in {s.task for s in spans}:
             events = sorted({s.start for s in spans if s.task == task})
             assert all(owners_at(spans, task, t) <= 1 for t in events), task
-    finally:
-        proxy.close()
 
 
 def test_a_worker_that_hears_nothing_back_opens_its_connection_again(procs: Procs) -> None:
@@ -159,17 +170,7 @@ def test_a_worker_that_hears_nothing_back_opens_its_connection_again(procs: Proc
     and opens its connection again, whose handshake cannot complete: the supervisor stops
     hearing it and gives its tasks to `b` and `c` (without the reopening, `a` would keep
     reporting and its tasks would stay unowned as long as the partition lasts)."""
-    sup = supervisor(procs, 18, expect_workers=3, warmup=10)
-    proxy = Proxy(sup.port)
-    try:
-        port = proxy.add_route("a")
-        start_worker(procs, sup, "a", 20, endpoint=f"tcp://127.0.0.1:{port}")
-        for name in ("b", "c"):
-            start_worker(procs, sup, name, 20)
-        names = ["a", "b", "c"]
-        wait_until(lambda: all_running(procs, names, 18), what="18 tasks running")
-        mine = {t for t, ws in running_now(procs, names).items() if ws == ["a"]}
-        assert mine
+    with a_behind_a_proxy(procs) as (sup, proxy, mine):
         proxy.set_fault("a", Fault(up=False, down=True))
         # a's lease lapses within LEASE; the supervisor heard it last about then, and gives
         # its tasks away LEASE + MARGIN (+ a tick) later; each then starts within a report.
@@ -178,5 +179,3 @@ def test_a_worker_that_hears_nothing_back_opens_its_connection_again(procs: Proc
         assert not set(running_now(procs, ["a"])) & mine  # it gave them up (lease lapsed)
         rows = {w["id"]: w for w in sup.ctl("workers")["workers"]}
         assert "a" not in rows or not rows["a"]["active"], rows["a"]  # timed out: unheard
-    finally:
-        proxy.close()
