@@ -17,8 +17,8 @@ Socket options, and why (see NOTES.md "ZeroMQ"):
   unacknowledged for `UNACKED_TIMEOUT_MS` (the supervisor's host vanished, or a partition
   either way: acknowledgements come back on the same path), and TCP keepalive probes one that
   stays idle (which a reporting worker never is). What TCP cannot see (a middlebox that
-  acknowledges and holds) the lease does: the loop reopens every connection when it lapses
-  (`Channel.reopen_all`).
+  acknowledges and holds) the lease does: the loop reopens every connection when it has stayed
+  lapsed for half a lease (`Channel.reopen_all`).
 * Reconnecting is libzmq's, with a capped interval — except after a protocol error (a frame
   over ``MAXMSGSIZE``, a broken handshake), where libzmq gives the connection up for good. So a
   socket that has taken no report for `REOPEN_AFTER_S` is closed and opened again (same routing

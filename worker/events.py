@@ -108,10 +108,10 @@ class LeaseExtended:
 
 @dataclass(frozen=True)
 class Reconnect:
-    """The lease lapsed: no answer came back to the reports, whatever path carried them. The
-    loop opens every connection to the supervisors again: a path that acknowledges what it is
-    sent and holds it (a proxy, a middlebox) is invisible to TCP, and no ZMTP heartbeat is
-    kept (they cost the supervisor more than the reports do)."""
+    """The lease lapsed and stayed lapsed for half of it: no answer came back to the reports,
+    whatever path carried them. The loop opens every connection to the supervisors again: a
+    path that acknowledges what it is sent and holds it (a proxy, a middlebox) is invisible to
+    TCP, and no ZMTP heartbeat is kept (they cost the supervisor more than the reports do)."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ renews it, to ``max(lease_expires, answers_sent_at + lease)``, announced by a `L
 action (for the lease keeper) before any start it allows. Every `handle` first expires what
 is due at ``now``, so a renewal that arrives after the lease lapsed cannot undo the lapse:
 with ``on_lease_loss=stop`` the tasks are already gone, and the supervisor will send them
-again. A lapse also asks the loop to open its connections again (`Reconnect`).
+again. A lease still lapsed half a lease later asks the loop to open its connections again
+(`Reconnect`).
 New tasks are started only under a held lease.
 """
 
@@ -37,6 +38,7 @@ from .config import (
     FIRST_REPORT_INTERVAL,
     MAX_REPORT_INTERVAL,
     MIN_REPORT_INTERVAL,
+    RECONNECT_FRACTION_OF_LEASE,
     REPORT_FRACTION_OF_LEASE,
     SHORT_LEASE_FRACTION,
     LeaseLoss,
@@ -90,6 +92,7 @@ class WorkerMachine:
         # the lease the supervisor grants (see config.REPORT_FRACTION_OF_LEASE).
         self._interval = cfg.report_interval or FIRST_REPORT_INTERVAL
         self._lease_length = 0.0  # the lease the supervisor grants (from its sets)
+        self._reconnect_at: float | None = None  # a lapsed lease still lapsed then: Reconnect
         self._dirty = False
         self._drain_deadline = 0.0
         self._exit_code = ev.EXIT_OK
@@ -140,6 +143,8 @@ class WorkerMachine:
         times = [self._next_report]
         if self._lease_held:
             times.append(self._lease_expires)
+        if self._reconnect_at is not None:
+            times.append(self._reconnect_at)
         if self._phase is Phase.STARTING and self._ready_at is not None:
             times.append(self._ready_at)
         if self._phase is Phase.LAME_DUCK:
@@ -189,9 +194,13 @@ class WorkerMachine:
             keep = self._cfg.on_lease_loss is LeaseLoss.KEEP
             out.append(ev.Log("warning", "lease lost: no renewal from the supervisor",
                               {"tasks": len(self._tasks), "action": "keep" if keep else "stop"}))
-            out.append(ev.Reconnect())
             if not keep:
                 self._tasks.stop_all(out)
+            self._reconnect_at = self._lease_expires + \
+                self._lease_length * RECONNECT_FRACTION_OF_LEASE
+        if self._reconnect_at is not None and now >= self._reconnect_at:
+            self._reconnect_at = None
+            out.append(ev.Reconnect())
         if self._phase is Phase.STARTING and self._ready_at is not None and now >= self._ready_at:
             self._become_ready(out)
         if self._phase is Phase.LAME_DUCK and now >= self._drain_deadline:
@@ -268,6 +277,8 @@ class WorkerMachine:
             # every renewed worker reported twice per interval: a third more messages).
             self._next_report = max(self._next_report, answered + self._interval)
         held = now < self._lease_expires
+        if held:
+            self._reconnect_at = None  # answered: the connection works
         if held and not self._lease_held:
             out.append(ev.Log("info", "lease held", {"epoch": msg.epoch, "lease": msg.lease}))
             self._dirty = True  # lease_held changes in the report

@@ -36,7 +36,7 @@ Fault windows (from the fault's start ``t0``; ``t1`` is when it was lifted), eac
 
 - kill_worker: the target's tasks at t0, until t0 + failover;
 - stop_worker: the target's, until max(t0 + failover, t1 + 2 report);
-- partition: the target's, until max(t0 + failover, t1 + 2 report), + lease if only the
+- partition: the target's, until max(t0 + failover, t1 + 2 report), + 1.5 lease if only the
   supervisor -> worker direction was black-holed;
 - delay: the target's, until t1 + 2 report;
 - kill_supervisor: every task, until ``up`` (when it answered again) + warmup + 2 report;
@@ -47,8 +47,8 @@ failover = lease + margin + tick + 2 report: the supervisor gives a silent worke
 lease + margin after its last report, at most a tick late, and the new owner starts them about
 a report interval later. A black-hole of only the supervisor → worker direction (the proxy
 acknowledges what it holds, so TCP does not notice) is noticed by the worker when its lease
-lapses: it opens its connection again, and stops reporting until that completes, hence
-``lease``.
+has stayed lapsed for half of it: it opens its connection again, and stops reporting until
+that completes, hence 1.5 ``lease`` (the lapse comes at most a lease after the cut).
 """
 
 from __future__ import annotations
@@ -342,7 +342,7 @@ def _windows(faults: list[Fault], spans: list[Span], bounds: Bounds,
         elif f.kind == "stop_worker":
             until = max(f.t0 + bounds.failover, f.t1 + twice)
         elif f.kind == "partition":
-            lapse = bounds.lease if f.detail.get("proxy") == "down" else 0.0
+            lapse = 1.5 * bounds.lease if f.detail.get("proxy") == "down" else 0.0
             until = max(f.t0 + bounds.failover + lapse, f.t1 + twice)
         elif f.kind == "delay":
             until = f.t1 + twice

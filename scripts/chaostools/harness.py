@@ -66,7 +66,7 @@ class Harness:
 
     def run(self) -> dict[str, Any]:
         opts, f = self.opts, self.fleet
-        settle_max = self.bounds.failover + self.bounds.lease + 2 * self.bounds.slack
+        settle_max = self.bounds.failover + 1.5 * self.bounds.lease + 2 * self.bounds.slack
         span = opts.duration - STARTUP_S - self.bounds.failover - self.bounds.slack
         if span < 5:
             raise ValueError(f"--duration {opts.duration:g} is too short: at least "

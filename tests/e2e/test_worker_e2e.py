@@ -166,14 +166,16 @@ def test_cut_off_worker_stops_its_tasks_before_others_get_them(procs: Procs) -> 
 def test_a_worker_that_hears_nothing_back_opens_its_connection_again(procs: Procs) -> None:
     """Only the supervisor -> worker direction is black-holed, on a path that acknowledges
     what it is sent (the proxy: TCP cannot see this partition, and no ZMTP heartbeat is
-    kept). Reports still arrive; renewals do not. `a` stops its tasks when its lease lapses
-    and opens its connection again, whose handshake cannot complete: the supervisor stops
-    hearing it and gives its tasks to `b` and `c` (without the reopening, `a` would keep
-    reporting and its tasks would stay unowned as long as the partition lasts)."""
+    kept). Reports still arrive; renewals do not. `a` stops its tasks when its lease lapses,
+    and half a lease later opens its connection again, whose handshake cannot complete: the
+    supervisor stops hearing it and gives its tasks to `b` and `c` (without the reopening,
+    `a` would keep reporting and its tasks would stay unowned as long as the partition
+    lasts)."""
     with a_behind_a_proxy(procs) as (sup, proxy, mine):
         proxy.set_fault("a", Fault(up=False, down=True))
-        # a's lease lapses within LEASE; the supervisor heard it last about then, and gives
-        # its tasks away LEASE + MARGIN (+ a tick) later; each then starts within a report.
+        # a's lease lapses within LEASE and it reopens half a LEASE later; the supervisor
+        # heard it last about then, and gives its tasks away LEASE + MARGIN (+ a tick) later;
+        # each then starts within a report.
         wait_until(lambda: mine <= set(running_now(procs, ["b", "c"])),
                    timeout=2 * LEASE + MARGIN + 10, what="a's tasks running on b and c")
         assert not set(running_now(procs, ["a"])) & mine  # it gave them up (lease lapsed)
