@@ -31,6 +31,8 @@ from .counters import Counters
 from .dispatch import Dispatch
 from .events import (
     Action,
+    BatchEnd,
+    BatchStart,
     Command,
     Continue,
     Event,
@@ -39,7 +41,6 @@ from .events import (
     PeerGone,
     RawReport,
     Report,
-    Reports,
     RoleChanged,
     Stalled,
     Stop,
@@ -95,8 +96,14 @@ class SupervisorCore:
     def handle(self, event: Event, now: float) -> list[Action]:
         if type(event) is RawReport or type(event) is Report:  # the hot path
             return self._report(event, now)
-        if type(event) is Reports:
-            return self._reports(event.reports, now)
+        if type(event) is BatchStart:
+            self._report = self._take_in_batch
+            self.assigner.defer()
+            return _NONE
+        if type(event) is BatchEnd:
+            self._report = self.intake.report
+            self.assigner.place_deferred()
+            return self._flush(now)
         self.feed.at(now)
         match event:
             case Tick(read_until=read_until):
@@ -128,20 +135,10 @@ class SupervisorCore:
                 raise TypeError(f"not an event: {event!r}")
         return self._flush(now)
 
-    def _reports(self, reports: tuple[Report | RawReport, ...], now: float) -> list[Action]:
-        """One batch: each report as on its own, but placement once at the end."""
-        out: list[Action] = []
-        assigner, report = self.assigner, self._report
-        assigner.defer()
-        try:
-            for ev in reports:
-                actions = report(ev, now)
-                if actions:
-                    out.extend(actions)
-        finally:
-            assigner.place_deferred()
-        out.extend(self._flush(now))
-        return out
+    def _take_in_batch(self, ev: Report | RawReport, now: float) -> list[Action]:
+        """A report inside a batch: a fast-path renewal waits in the actions under way until
+        `BatchEnd` (or the next event that returns them)."""
+        return self.intake.take(ev, now) or _NONE
 
     @property
     def busy(self) -> bool:
@@ -276,7 +273,7 @@ class SupervisorCore:
             if rec is None:
                 raise LookupError(f"no worker {worker!r}")
             rec.drained = cmd.verb == "drain"
-            rec.digest = None
+            rec.settled_as = None
             self._out.append(Log("info", f"worker {cmd.verb}ed by operator", {"worker": rec.id}))
             self.feed.add(cmd.verb, worker=rec.id)
             if rec.active and self.life.running:
@@ -310,7 +307,7 @@ class SupervisorCore:
                 self.wheel.cancel(key)
             self.converge.stop()
             for rec in self.registry:
-                rec.desired, rec.digest = {}, None
+                rec.desired, rec.settled_as = {}, None
             self._out.append(Log("warning", "no longer the leader; standing by",
                                  {"reason": role.error or "not the leader"}))
             self.feed.add("role", role="standby", reason=role.error)

@@ -47,13 +47,20 @@ class RawReport(_Frozen, frozen=True):
     key_name: str | None = None
 
 
-class Reports(_Frozen, frozen=True):
-    """Every report the daemon read in one wake-up, handled as one batch: placement that
-    arrivals ask for (a worker joining or back, a capacity change) runs once, at the end —
-    after a stall, thousands of workers come back together, and placing pending replicas
-    once per arrival would cost O(pending) each."""
+class BatchStart(_Frozen, frozen=True):
+    """The reports that follow, up to `BatchEnd`, were read in one wake-up and are one batch:
+    placement that arrivals ask for (a worker joining or back, a capacity change) runs once,
+    at the end — after a stall, thousands of workers come back together, and placing pending
+    replicas once per arrival would cost O(pending) each. A settled worker's renewal waits
+    for the end too. The daemon hands each report over as it reads it, so what it read dies
+    while still in cache (a wake-up's reports held until its end and freed cold cost 11 % of
+    the supervisor's main thread at 100,000 workers, measured), and the renewals leave in one
+    burst (sent as each report was answered, they woke ZeroMQ's I/O thread per message: 0.31
+    of a core against 0.14, measured)."""
 
-    reports: tuple[Report | RawReport, ...]
+
+class BatchEnd(_Frozen, frozen=True):
+    """The batch `BatchStart` opened is over: its placement runs, and its sets leave."""
 
 
 class TasksFetched(_Frozen, frozen=True):
@@ -108,8 +115,8 @@ class Stalled(_Frozen, frozen=True):
     seconds: float
 
 
-Event = (Report | RawReport | Reports | TasksFetched | RoleChanged | Command | PeerGone | Tick
-         | Continue | Stalled)
+Event = (Report | RawReport | BatchStart | BatchEnd | TasksFetched | RoleChanged | Command
+         | PeerGone | Tick | Continue | Stalled)
 
 # -- actions -----------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from corral.supervisor import verbs
-from corral.supervisor.events import Report, Reports, Stalled
+from corral.supervisor.events import BatchEnd, BatchStart, Report, Stalled
 from corral.supervisor.records import WorkerRecord
 
 from .fleet import Harness, ModelWorker, config
@@ -120,8 +120,10 @@ def test_workers_back_in_one_batch_are_placed_once_and_within_capacity(
 
     monkeypatch.setattr(placement, "place", counted)
     h.now += 0.5
-    batch = tuple(Report(w.identity, w.force_report(h.now)) for w in gone)
-    h.run(h.core.handle(Reports(batch), h.now))
+    h.run(h.core.handle(BatchStart(), h.now))
+    for w in gone:  # as the daemon hands them over: one by one, as it reads them
+        h.run(h.core.handle(Report(w.identity, w.force_report(h.now)), h.now))
+    h.run(h.core.handle(BatchEnd(), h.now))
     assert len(places) == 1, f"placement ran {len(places)} times for one batch"
     monkeypatch.undo()
     p = h.core.assigner.placement
@@ -167,7 +169,7 @@ def test_a_worker_outside_every_hand_off_stays_on_the_fast_path() -> None:
     outside = [w for w in ws if not handoffs.involves(w.id)]
     assert len(outside) >= 3
     for w in outside:
-        h.core.registry.get(w.id).digest = None  # type: ignore[union-attr]  # as after a set
+        h.core.registry.get(w.id).settled_as = None  # type: ignore[union-attr]  # as after a set
         h.report(w)  # read in full: it settles again
     before = h.core.registry.changes
     for w in outside:
@@ -237,3 +239,40 @@ def test_silence_is_judged_as_of_the_last_time_no_report_waited() -> None:
         h.run(h.core.handle(Tick(read_until=stuck), h.now))
         assert h.now - crec.last_received <= silence + half_lease + 0.5 + 1e-9
     assert h.now - crec.last_received >= silence + half_lease - 1e-9
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_renewals_in_a_batch_leave_at_its_end_in_order(seed: int) -> None:
+    """Inside a batch a settled worker's report returns nothing and its renewal waits for
+    `BatchEnd`, which returns every renewal due, in the order the reports came; outside a
+    batch the renewal comes back at once."""
+    from corral.common.protocol import Renewal
+    from corral.supervisor.events import RawReport, Send
+
+    rng = random.Random(seed)
+    workers = [ModelWorker(f"w{i}-{'x' * rng.randint(0, 9)}", max_load=rng.choice([3, 8]))
+               for i in range(rng.randint(2, 7))]
+    h = Harness(config(lease=4.0, lease_margin=1.0, tick=0.5),
+                {f"t{i}": 1.0 for i in range(rng.randint(1, 12))})
+    start(h, *workers)
+    h.until(lambda: all(h.core.registry.get(w.id).settled_as is not None  # type: ignore[union-attr]
+                        for w in workers))
+    h.now += 1.0  # past renew_every (lease / 5): every report is answered
+    order = rng.sample(workers, len(workers))
+
+    def raw(w: ModelWorker) -> RawReport:
+        from corral.common.codec import encode, glance_status
+
+        frame = encode(w.force_report(h.now))
+        return RawReport(w.identity, glance_status(frame), frame)
+
+    assert h.core.handle(BatchStart(), h.now) == []
+    for w in order:
+        assert h.core.handle(raw(w), h.now) == [], "a renewal left before the batch's end"
+    out = h.core.handle(BatchEnd(), h.now)
+    assert [a.identity for a in out if isinstance(a, Send)] == [w.identity for w in order]
+    assert all(isinstance(a, Send) and isinstance(a.message, Renewal) for a in out)
+    h.run(out)
+    h.now += 1.0
+    alone = h.core.handle(raw(order[0]), h.now)
+    assert [a.identity for a in alone if isinstance(a, Send)] == [order[0].identity]

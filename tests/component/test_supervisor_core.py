@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 
 import msgspec
+import pytest
 
-from corral.common.codec import glance_status
+from corral.common.codec import encode, glance_status
 from corral.common.protocol import (
     PROTOCOL_VERSION,
     Instructions,
     Refusal,
     Status,
+    WorkerState,
     make_token,
     token_epoch,
 )
@@ -439,14 +441,15 @@ def test_tasks_in_a_hand_off_are_listed_and_the_feed_says_who_moved_what() -> No
 
 
 def test_a_settled_report_takes_the_fast_path_read_either_way() -> None:
-    """The daemon hands reports over with their task maps still encoded (`RawReport`); the
-    digest of a settled worker's report is the same read that way or in full (`Report`), so
-    either is recognised as the report it sent last time and only moves the seq."""
+    """The daemon hands reports over with their task maps still encoded (`RawReport`); what
+    the fast path compares of a settled worker's report is the same read that way or in full
+    (`Report`), so either is recognised as the report it sent last time and only moves the
+    seq."""
     h = Harness(config(), dict(TASKS))
     w = ModelWorker("w", max_load=20)
     start(h, w)
     rec = h.core.registry.get("w")
-    assert rec is not None and rec.digest is not None, "settled"
+    assert rec is not None and rec.settled_as is not None, "settled"
     kept = rec.status
     st = w.force_report(h.now)
     assert st.running == kept.running
@@ -454,6 +457,39 @@ def test_a_settled_report_takes_the_fast_path_read_either_way() -> None:
     assert rec.status is kept and rec.last_seq == st.seq, "the full report took the slow path"
     h.report(w)  # a RawReport (fleet.py)
     assert rec.status is kept and rec.last_seq > st.seq
+
+
+@pytest.mark.parametrize("change", [
+    {"running": "a token"}, {"running": "one task more"}, {"running": "one task less"},
+    {"max_load": 19.0}, {"state": WorkerState.LAME_DUCK}, {"lease_held": False},
+    {"failures": {"t00": 1}}, {"serve": "tcp://127.0.0.1:9"},
+])
+def test_a_report_that_differs_in_anything_compared_is_read_in_full(
+        change: dict[str, object]) -> None:
+    """The fast path compares a settled worker's report exactly (the task maps as bytes), so a
+    report that differs from it in any field that matters — even one token — is read in full
+    and judged."""
+    h = Harness(config(), dict(TASKS))
+    w = ModelWorker("w", max_load=20)
+    start(h, w)
+    rec = h.core.registry.get("w")
+    assert rec is not None and rec.settled_as is not None, "settled"
+    kept = rec.status
+    st = w.force_report(h.now)
+    assert st.running, "the worker runs tasks"
+    running = dict(st.running)
+    first = sorted(running)[0]
+    if change.get("running") == "a token":
+        running[first] += 1
+    elif change.get("running") == "one task more":
+        running["zz-extra"] = 1
+    elif change.get("running") == "one task less":
+        del running[first]
+    fields = {k: v for k, v in change.items() if k != "running"}
+    changed = msgspec.structs.replace(st, running=running, **fields)
+    frame = encode(changed)
+    h.run(h.core.handle(RawReport(w.identity, glance_status(frame), frame), h.now))
+    assert rec.status is not kept and rec.status == changed, "read in full"
 
 
 def test_a_report_with_bad_task_maps_is_counted_and_dropped() -> None:

@@ -8,6 +8,8 @@ import gc
 import signal
 from pathlib import Path
 
+import pytest
+
 from corral.supervisor.config import SupervisorConfig
 from corral.supervisor.daemon import Daemon
 from corral.supervisor.lifecycle import Phase
@@ -133,3 +135,73 @@ def test_a_daemon_closed_mid_rebuild_turns_the_collector_back_on(tmp_path: Path)
         enabled = gc.isenabled()
         gc.enable()
     assert enabled, "the daemon stopped mid-rebuild with the cycle collector still off"
+
+
+def test_a_burst_of_sets_leaves_max_sends_a_loop_turn_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to MAX_SENDS sets leave at once; a bigger burst queues whole and leaves MAX_SENDS a
+    loop turn (the receive loop is never starved), and sets behind a queue wait their turn."""
+    from corral.common.protocol import Instructions
+    from corral.supervisor import daemon as module
+    from corral.supervisor.events import Send
+
+    monkeypatch.setattr(module, "MAX_SENDS", 5)
+    (tmp_path / "tasks.txt").write_text("a\n")
+    cfg = SupervisorConfig(bind=f"tcp://127.0.0.1:{free_port()}",
+                           control=f"tcp://127.0.0.1:{free_port()}",
+                           tasks=f"file:{tmp_path / 'tasks.txt'}", warmup=60.0,
+                           state_file=str(tmp_path / "epoch"))
+    d = Daemon(cfg, clock=FakeClock(100.0), sleep=lambda s: None)
+    sent: list[bytes] = []
+    monkeypatch.setattr(d, "_send_one", lambda a: sent.append(a.identity))
+    msg = Instructions(1, 1, 7, 10.0, 1, 1.0)
+    try:
+        d._execute([Send(b"a%d" % i, msg) for i in range(5)])
+        assert sent == [b"a%d" % i for i in range(5)] and not d._outq
+        burst = [Send(b"b%d" % i, msg) for i in range(12)]
+        d._execute(burst)
+        assert len(sent) == 5 and len(d._outq) == 12  # too many for one turn: all queued
+        d._execute([Send(b"c", msg)])  # behind the queue, not ahead of it
+        assert len(sent) == 5 and len(d._outq) == 13
+        for turn in (1, 2, 3):
+            d.step(max_wait=0)
+            assert len(sent) == 5 + min(5 * turn, 13)
+        assert sent[5:] == [s.identity for s in burst] + [b"c"] and not d._outq
+    finally:
+        d.close()
+
+
+def test_after_a_batch_of_reports_the_loop_pauses_at_most_until_the_next_deadline(
+        tmp_path: Path) -> None:
+    """A wake-up that read some reports pauses COALESCE_S before polling again (the next ones
+    then come in a batch), but never past the core's next deadline."""
+    import zmq
+
+    from corral.supervisor.daemon import COALESCE_S
+
+    (tmp_path / "tasks.txt").write_text("a\n")
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    cfg = SupervisorConfig(bind=bind, control=f"tcp://127.0.0.1:{free_port()}",
+                           tasks=f"file:{tmp_path / 'tasks.txt'}", warmup=5.0,
+                           state_file=str(tmp_path / "epoch"))
+    clock = FakeClock(100.0)
+    sleeps: list[float] = []
+    d = Daemon(cfg, clock=clock, sleep=sleeps.append)
+    ctx = zmq.Context()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(bind)
+    try:
+        for wait_left in (5.0, COALESCE_S / 5):  # the warm-up's end is the next deadline
+            clock.now = 105.0 - wait_left
+            dealer.send(b"not a report")  # read and counted: a batch of one
+            before = d.io.messages_in
+            for _ in range(200):
+                d.step(max_wait=0.05)
+                if d.io.messages_in > before:
+                    break
+            assert d.io.messages_in == before + 1
+            assert sleeps[-1] == pytest.approx(min(COALESCE_S, wait_left))
+    finally:
+        dealer.close(0)
+        ctx.term()
+        d.close()
