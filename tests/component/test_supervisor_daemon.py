@@ -205,3 +205,33 @@ def test_after_a_batch_of_reports_the_loop_pauses_at_most_until_the_next_deadlin
         dealer.close(0)
         ctx.term()
         d.close()
+
+
+def test_a_control_request_ends_the_coalescing_pause(tmp_path: Path) -> None:
+    """The pause that lets reports gather ends as soon as a control request comes (an
+    operator does not wait it out), and the next turn answers it."""
+    import zmq
+
+    from corral.common import codec
+    from corral.common.protocol import ControlReply, ControlRequest
+
+    (tmp_path / "tasks.txt").write_text("a\n")
+    control = f"tcp://127.0.0.1:{free_port()}"
+    cfg = SupervisorConfig(bind=f"tcp://127.0.0.1:{free_port()}", control=control,
+                           tasks=f"file:{tmp_path / 'tasks.txt'}", warmup=60.0,
+                           state_file=str(tmp_path / "epoch"))
+    d = Daemon(cfg)  # the real pause
+    ctx = zmq.Context()
+    req = ctx.socket(zmq.DEALER)
+    req.connect(control)
+    try:
+        req.send_multipart([b"", codec.encode(ControlRequest(7, "status", {}))])
+        assert d._sleep(600.0), "the pause did not end for the request"
+        d.step(max_wait=0)
+        assert req.poll(10_000)
+        reply = codec.decode_as(req.recv_multipart()[-1], ControlReply)
+        assert reply.request_id == 7 and reply.error is None
+    finally:
+        req.close(0)
+        ctx.term()
+        d.close()
