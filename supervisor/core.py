@@ -74,6 +74,7 @@ class SupervisorCore:
         self.life = Lifecycle(epoch, now, bool(config.ha))
         self.feed = Feed()
         self._out: list[Action] = []
+        self._holding = False  # a batch is open (`BatchStart`): actions wait for its end
         self.registry = Registry(self.wheel, self.counters, config.lease + config.lease_margin,
                                  config.forget_after, now)
         self.assigner = Assigner(config, self.wheel, self.counters, self.feed, self._out)
@@ -96,12 +97,12 @@ class SupervisorCore:
     def handle(self, event: Event, now: float) -> list[Action]:
         if type(event) is RawReport or type(event) is Report:  # the hot path
             return self._report(event, now)
-        if type(event) is BatchStart:
-            self._report = self._take_in_batch
+        if type(event) is BatchStart:  # every action waits for `BatchEnd`, in order
+            self._holding = self.intake.holding = True
             self.assigner.defer()
             return _NONE
         if type(event) is BatchEnd:
-            self._report = self.intake.report
+            self._holding = self.intake.holding = False
             self.assigner.place_deferred()
             return self._flush(now)
         self.feed.at(now)
@@ -134,11 +135,6 @@ class SupervisorCore:
             case _:
                 raise TypeError(f"not an event: {event!r}")
         return self._flush(now)
-
-    def _take_in_batch(self, ev: Report | RawReport, now: float) -> list[Action]:
-        """A report inside a batch: a fast-path renewal waits in the actions under way until
-        `BatchEnd` (or the next event that returns them)."""
-        return self.intake.take(ev, now) or _NONE
 
     @property
     def busy(self) -> bool:
@@ -336,7 +332,7 @@ class SupervisorCore:
         return self._take_out()
 
     def _take_out(self) -> list[Action]:
-        if not self._out:
+        if self._holding or not self._out:
             return _NONE
         out = self._out.copy()
         self._out.clear()

@@ -321,7 +321,7 @@ class Daemon:
                     self.log.debug("bad frame from a worker", error=str(exc))
                     continue
                 actions = handle(RawReport(identity, glance, payload, key_name), now)
-                if actions:  # (a fast-path renewal waits for the batch's end)
+                if actions:  # (none: in a batch they wait for its end, and leave together)
                     self._execute(actions)
         finally:
             io.messages_in += n

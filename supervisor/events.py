@@ -51,12 +51,12 @@ class BatchStart(_Frozen, frozen=True):
     """The reports that follow, up to `BatchEnd`, were read in one wake-up and are one batch:
     placement that arrivals ask for (a worker joining or back, a capacity change) runs once,
     at the end — after a stall, thousands of workers come back together, and placing pending
-    replicas once per arrival would cost O(pending) each. A settled worker's renewal waits
-    for the end too. The daemon hands each report over as it reads it, so what it read dies
+    replicas once per arrival would cost O(pending) each — and every action waits for the
+    end, in order. The daemon hands each report over as it reads it, so what it read dies
     while still in cache (a wake-up's reports held until its end and freed cold cost 11 % of
-    the supervisor's main thread at 100,000 workers, measured), and the renewals leave in one
-    burst (sent as each report was answered, they woke ZeroMQ's I/O thread per message: 0.31
-    of a core against 0.14, measured)."""
+    the supervisor's main thread at 100,000 workers, measured), and the renewals and sets
+    leave in one burst (sent as each report was answered, they woke ZeroMQ's I/O thread per
+    message: 0.31 of a core against 0.14, measured)."""
 
 
 class BatchEnd(_Frozen, frozen=True):

@@ -63,35 +63,28 @@ class Intake:
         self._converge = converge
         self._feed = feed
         self._out = out
+        self.holding = False  # a batch is open: actions wait in `out` for its end (the core's)
         self._flush = flush
         self._end_warmup = end_warmup
         self._curve = bool(config.authorized_keys)
         self._resend_wait = reconciler.first_wait
 
     def _take_out(self) -> list[Action]:
-        if not self._out:
+        if self.holding or not self._out:  # (in a batch they wait for its end)
             return _NONE
         out = self._out.copy()
         self._out.clear()
         return out
 
     def report(self, ev: Report | RawReport, now: float) -> list[Action]:
-        """One report on its own: what `take` decided, as actions."""
-        taken = self.take(ev, now)
-        return self._take_out() if taken is None else taken
-
-    def take(self, ev: Report | RawReport, now: float) -> list[Action] | None:
-        """One report: None when it took the fast path, whose renewal (if due) is left in the
-        actions under way for whoever takes them out (a batch: once, at its end; per report,
-        a list copied for each was measurable at 20,000 reports a second); else the actions
-        so far. Most reports come from a settled worker saying what it said last time: the
+        """One report. Most come from a settled worker saying what it said last time: the
         fields that matter and the task maps' bytes, as read (`RawReport`: the maps are not
         even decoded), equal what the record keeps (`settled_as`), so the report only moves
-        the seq and the clocks. At fleet scale the cost of a report is
-        allocations and cache misses on per-worker objects, not bytecode: this path touches
-        a handful, the full path dozens. ``applied`` is not compared: a settled worker
-        has applied every set with content (so later ones are renewals), and each renewal
-        would otherwise break the fast path for the next report."""
+        the seq and the clocks. At fleet scale the cost of a report is allocations and cache
+        misses on per-worker objects, not bytecode: this path touches a handful, the full
+        path dozens. ``applied`` is not compared: a settled worker has applied every set with
+        content (so later ones are renewals), and each renewal would otherwise break the fast
+        path for the next report."""
         self._counters.reports += 1
         if isinstance(ev, RawReport):
             st: Status | StatusGlance = ev.glance
@@ -119,7 +112,7 @@ class Intake:
                     rec.clock_offset = now - sent_at
                 if now - rec.last_sent_at >= self._dispatch.renew_every:
                     self._dispatch.renew(rec, now)
-                return None
+                return self._take_out()
         else:
             seen = None
         if isinstance(ev, RawReport):  # not the report it sent last time: read it all
