@@ -269,7 +269,7 @@ class SupervisorCore:
             if rec is None:
                 raise LookupError(f"no worker {worker!r}")
             rec.drained = cmd.verb == "drain"
-            rec.settled_as = None
+            rec.digest = None
             self._out.append(Log("info", f"worker {cmd.verb}ed by operator", {"worker": rec.id}))
             self.feed.add(cmd.verb, worker=rec.id)
             if rec.active and self.life.running:
@@ -303,7 +303,7 @@ class SupervisorCore:
                 self.wheel.cancel(key)
             self.converge.stop()
             for rec in self.registry:
-                rec.desired, rec.settled_as = {}, None
+                rec.desired, rec.digest = {}, None
             self._out.append(Log("warning", "no longer the leader; standing by",
                                  {"reason": role.error or "not the leader"}))
             self.feed.add("role", role="standby", reason=role.error)

@@ -74,7 +74,7 @@ class Dispatch:
             reset, adds, removes, stops = False, (), (), ()
         rec.out_seq += 1
         if reset or adds or removes:
-            rec.settled_as = None  # what it should run changed: judge its next report in full
+            rec.digest = None  # what it should run changed: judge its next report in full
             rec.expect_seq, rec.expect_since, rec.mismatch_since = rec.out_seq, now, None
             rec.expect = (life.epoch, rec.out_seq)
             life.content_sent = True

@@ -9,19 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from msgspec import Raw
-
-from corral.common.protocol import Status, WorkerState
-
-# What a settled worker's report is recognised by (`Intake.take`): its connection, incarnation,
-# state, max load, serve, lease held, and its running and failures maps as bytes.
-SettledReport = tuple[bytes, int, WorkerState, float, str | None, bool, Raw, Raw]
-
-
-def to_keep(seen: SettledReport) -> SettledReport:
-    """``seen`` to keep on a record: the maps copied out of the frame they were read from
-    (a `Raw` read from a frame holds on to all of it)."""
-    return (*seen[:6], seen[6].copy(), seen[7].copy())
+from corral.common.protocol import Status
 
 
 class WorkerRecord:
@@ -39,6 +27,7 @@ class WorkerRecord:
         "conflict",
         "contender",
         "desired",
+        "digest",
         "drained",
         "expect",
         "expect_seq",
@@ -57,7 +46,6 @@ class WorkerRecord:
         "refused",
         "resend_wait",
         "seen_sent_at",
-        "settled_as",
         "silence_tick",
         "status",
     )
@@ -87,12 +75,12 @@ class WorkerRecord:
         # process's: it starts over with the incarnation.
         self.clock_offset = now - status.sent_at
         self.identity = identity
-        # The last report whose content changed; a settled worker's later reports (equal to
-        # `settled_as`) only move last_seq and seen_sent_at, the ones lease answers echo.
+        # The last report whose content changed; a settled worker's later reports (same
+        # digest) only move last_seq and seen_sent_at, the ones lease answers echo.
         self.status = status
         self.last_seq = status.seq
         self.seen_sent_at = status.sent_at
-        self.settled_as: SettledReport | None = None
+        self.digest: int | None = None
         self.contender = None
         self.reset_numbering()
 
@@ -106,7 +94,7 @@ class WorkerRecord:
         self.mismatch_since: float | None = None
         self.got_reset = False
         self.resend_wait = 0.0  # the reconciler's: its first wait, doubled per resend
-        self.settled_as = None
+        self.digest = None
 
     def heard(self, sent_at: float, now: float) -> None:
         """A report sent at ``sent_at`` (its clock) was read at ``now`` (ours)."""

@@ -40,7 +40,7 @@ class Outcome(IntEnum):
     RESTARTED = 6  # a new incarnation took the id over
     REVIVED = 7  # an inactive worker reported again
     CHANGED = 8  # same process, new content
-    UNCHANGED = 9  # same process and content as the last full report (settled_as mismatch only
+    UNCHANGED = 9  # same process and content as the last full report (digest mismatch only
     #                because the record was not settled)
 
 
@@ -234,7 +234,7 @@ class Registry:
             return False
         rec.silence_tick = -1
         rec.active = False
-        rec.settled_as = None
+        rec.digest = None
         self.active -= 1
         self.changes += 1
         self._counters.lease_expiries += 1

@@ -169,7 +169,7 @@ def test_a_worker_outside_every_hand_off_stays_on_the_fast_path() -> None:
     outside = [w for w in ws if not handoffs.involves(w.id)]
     assert len(outside) >= 3
     for w in outside:
-        h.core.registry.get(w.id).settled_as = None  # type: ignore[union-attr]  # as after a set
+        h.core.registry.get(w.id).digest = None  # type: ignore[union-attr]  # as after a set
         h.report(w)  # read in full: it settles again
     before = h.core.registry.changes
     for w in outside:
@@ -255,7 +255,7 @@ def test_renewals_in_a_batch_leave_at_its_end_in_order(seed: int) -> None:
     h = Harness(config(lease=4.0, lease_margin=1.0, tick=0.5),
                 {f"t{i}": 1.0 for i in range(rng.randint(1, 12))})
     start(h, *workers)
-    h.until(lambda: all(h.core.registry.get(w.id).settled_as is not None  # type: ignore[union-attr]
+    h.until(lambda: all(h.core.registry.get(w.id).digest is not None  # type: ignore[union-attr]
                         for w in workers))
     h.now += 1.0  # past renew_every (lease / 5): every report is answered
     order = rng.sample(workers, len(workers))

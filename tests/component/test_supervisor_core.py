@@ -449,7 +449,7 @@ def test_a_settled_report_takes_the_fast_path_read_either_way() -> None:
     w = ModelWorker("w", max_load=20)
     start(h, w)
     rec = h.core.registry.get("w")
-    assert rec is not None and rec.settled_as is not None, "settled"
+    assert rec is not None and rec.digest is not None, "settled"
     kept = rec.status
     st = w.force_report(h.now)
     assert st.running == kept.running
@@ -466,14 +466,14 @@ def test_a_settled_report_takes_the_fast_path_read_either_way() -> None:
 ])
 def test_a_report_that_differs_in_anything_compared_is_read_in_full(
         change: dict[str, object]) -> None:
-    """The fast path compares a settled worker's report exactly (the task maps as bytes), so a
-    report that differs from it in any field that matters — even one token — is read in full
-    and judged."""
+    """The fast path knows a settled worker's report by a digest of what matters in it (the
+    task maps as bytes), so a report that differs in any of that — even one token — is read in
+    full and judged."""
     h = Harness(config(), dict(TASKS))
     w = ModelWorker("w", max_load=20)
     start(h, w)
     rec = h.core.registry.get("w")
-    assert rec is not None and rec.settled_as is not None, "settled"
+    assert rec is not None and rec.digest is not None, "settled"
     kept = rec.status
     st = w.force_report(h.now)
     assert st.running, "the worker runs tasks"
