@@ -85,7 +85,8 @@ class SupervisorCore:
                                     config.report_interval)
         self.intake = Intake(config, self.counters, self.wheel, self.life, self.registry,
                              self.assigner, self.reconciler, self.dispatch, self.converge,
-                             self.feed, self._out, self._flush, self._end_warmup)
+                             self.feed, self._out, self._flush, self._take_out,
+                             self._end_warmup)
         self.rebuilding: Rebuild | None = None  # the warm-up's rebuild, while in slices
         self.rebuild_slice = SLICE
         self.queries = Queries(self)
@@ -98,11 +99,11 @@ class SupervisorCore:
         if type(event) is RawReport or type(event) is Report:  # the hot path
             return self._report(event, now)
         if type(event) is BatchStart:  # every action waits for `BatchEnd`, in order
-            self._holding = self.intake.holding = True
+            self._holding = True
             self.assigner.defer()
             return _NONE
         if type(event) is BatchEnd:
-            self._holding = self.intake.holding = False
+            self._holding = False
             self.assigner.place_deferred()
             return self._flush(now)
         self.feed.at(now)

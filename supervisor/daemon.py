@@ -80,7 +80,8 @@ MAX_TIMER_DELAY = 1.0  # timers wait at most this long for a backlog of reports 
 # every peer queue that turned readable meanwhile, more than a report's processing. Reports come
 # every few seconds and the lease margin is seconds, so tens of ms are free (never past the
 # core's next deadline). Measured: 10 ms cut the CPU at 10,000 workers x 1 Hz from 0.37 to 0.29
-# of a core; at 100,000 workers x 0.2 Hz, 50 ms against 10 ms: 0.61 against 0.65 (100 ms: 0.60).
+# of a core; at 100,000 workers x 0.2 Hz 50 ms against 10 ms was within this VM's noise
+# (0.60-0.70 over four runs against 0.64-0.65), with fewer wake-ups of ZeroMQ's I/O thread.
 COALESCE_S = 0.05
 # A step that keeps the loop from reading for longer than this (a full placement of a very
 # large task list) is reported to the core as a stall: worker silence counts from its end.

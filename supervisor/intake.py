@@ -48,6 +48,7 @@ class Intake:
                  life: Lifecycle, registry: Registry, assigner: Assigner,
                  reconciler: Reconciler, dispatch: Dispatch, converge: Convergence,
                  feed: Feed, out: list[Action], flush: Callable[[float], list[Action]],
+                 take_out: Callable[[], list[Action]],
                  end_warmup: Callable[[float], None]) -> None:
         self._config = config
         self._counters = counters
@@ -60,19 +61,12 @@ class Intake:
         self._dispatch = dispatch
         self._converge = converge
         self._feed = feed
-        self._out = out
-        self.holding = False  # a batch is open: actions wait in `out` for its end (the core's)
+        self._out = out  # the actions under way, the core's; `take_out` hands them over
+        self._take_out = take_out  # (none while a batch is open: they wait for its end)
         self._flush = flush
         self._end_warmup = end_warmup
         self._curve = bool(config.authorized_keys)
         self._resend_wait = reconciler.first_wait
-
-    def _take_out(self) -> list[Action]:
-        if self.holding or not self._out:  # (in a batch they wait for its end)
-            return _NONE
-        out = self._out.copy()
-        self._out.clear()
-        return out
 
     def report(self, ev: Report | RawReport, now: float) -> list[Action]:
         """One report. Most come from a settled worker saying what it said last time: the

@@ -21,6 +21,7 @@ from corral.common.protocol import (
 from corral.supervisor import verbs
 from corral.supervisor.events import RawReport, Report
 from corral.supervisor.lifecycle import Phase
+from corral.supervisor.records import WorkerRecord
 
 from .fleet import Harness, ModelWorker, config
 
@@ -440,18 +441,23 @@ def test_tasks_in_a_hand_off_are_listed_and_the_feed_says_who_moved_what() -> No
     h.until(lambda: not rows(h, "tasks", handoffs=True)["tasks"], limit=10)
 
 
-def test_a_settled_report_takes_the_fast_path_read_either_way() -> None:
-    """The daemon hands reports over with their task maps still encoded (`RawReport`); what
-    the fast path compares of a settled worker's report is the same read that way or in full
-    (`Report`), so either is recognised as the report it sent last time and only moves the
-    seq."""
+def settled_and_reporting() -> tuple[Harness, ModelWorker, WorkerRecord, Status, Status]:
+    """A settled worker ``w`` (its record ``rec`` keeps the digest of its report ``kept``) and
+    the report ``st`` it makes now, not yet handed over."""
     h = Harness(config(), dict(TASKS))
     w = ModelWorker("w", max_load=20)
     start(h, w)
     rec = h.core.registry.get("w")
     assert rec is not None and rec.digest is not None, "settled"
-    kept = rec.status
-    st = w.force_report(h.now)
+    return h, w, rec, rec.status, w.force_report(h.now)
+
+
+def test_a_settled_report_takes_the_fast_path_read_either_way() -> None:
+    """The daemon hands reports over with their task maps still encoded (`RawReport`); what
+    the fast path compares of a settled worker's report is the same read that way or in full
+    (`Report`), so either is recognised as the report it sent last time and only moves the
+    seq."""
+    h, w, rec, kept, st = settled_and_reporting()
     assert st.running == kept.running
     h.run(h.core.handle(Report(w.identity, st), h.now))
     assert rec.status is kept and rec.last_seq == st.seq, "the full report took the slow path"
@@ -469,13 +475,7 @@ def test_a_report_that_differs_in_anything_compared_is_read_in_full(
     """The fast path knows a settled worker's report by a digest of what matters in it (the
     task maps as bytes), so a report that differs in any of that — even one token — is read in
     full and judged."""
-    h = Harness(config(), dict(TASKS))
-    w = ModelWorker("w", max_load=20)
-    start(h, w)
-    rec = h.core.registry.get("w")
-    assert rec is not None and rec.digest is not None, "settled"
-    kept = rec.status
-    st = w.force_report(h.now)
+    h, w, rec, kept, st = settled_and_reporting()
     assert st.running, "the worker runs tasks"
     running = dict(st.running)
     first = sorted(running)[0]
