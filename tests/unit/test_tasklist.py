@@ -193,3 +193,45 @@ def test_anything_parses_to_valid_entries_or_one_error(data: Any) -> None:
             # The full form round-trips.
             again = parse_json(json.dumps({k: v.as_dict() for k, v in tasks.items()}))
             assert again == tasks
+
+
+def _per_id(text: str) -> dict[str, TaskEntry] | str:
+    """What `parse_lines` gave before its bulk path: every id checked on its own."""
+    lines = (line.strip() for line in text.splitlines())
+    try:
+        return normalize([x for x in lines if x and not x.startswith("#")])
+    except TaskSourceError as exc:
+        return str(exc)
+
+
+_LINE = st.one_of(
+    st.sampled_from(["a", "b", " a ", "# c", "#", "", "\t", "x" * MAX_ID_CHARS,
+                     "y" * (MAX_ID_CHARS + 1), "a b", "é", "\u2028", "\x0b", "\r"]),
+    st.text(max_size=6),
+)
+
+
+@given(st.lists(_LINE, max_size=30), st.sampled_from(["\n", "\r\n", "\r", "\x1e"]))
+def test_lines_in_bulk_give_what_each_id_checked_alone_gives(lines: list[str],
+                                                             sep: str) -> None:
+    text = sep.join(lines)
+    try:
+        got: dict[str, TaskEntry] | str = parse_lines(text)
+    except TaskSourceError as exc:
+        got = str(exc)
+    assert got == _per_id(text)
+    if isinstance(got, dict):
+        assert list(got) == list(_per_id(text))  # in the list's order
+        assert all(v is PLAIN for v in got.values())
+
+
+def test_a_long_list_is_read_in_chunks_with_a_late_duplicate_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tasklist, "_CHUNK", 3)
+    ids = [f"t{i}" for i in range(10)]
+    assert list(parse_lines("\n".join(ids))) == ids
+    with pytest.raises(TaskSourceError, match="'t1' appears twice"):
+        parse_lines("\n".join([*ids, "t1"]))
+    monkeypatch.setattr(tasklist, "MAX_TASKS", 9)
+    with pytest.raises(TaskSourceError, match="more than 9 tasks"):
+        parse_lines("\n".join(ids))
