@@ -257,7 +257,7 @@ class SupervisorCore:
         self._out.append(Log("info", "running", {
             "epoch": life.epoch, "tasks": tasks, "workers": self.registry.active,
             "pending": self.assigner.placement.view.pending_count(),
-            "rebuild_slices": job.slices}))
+            "rebuild_slices": job.slices, "rebuild_stages_s": dict(job.stage_s)}))
         self.feed.add("running", tasks=tasks, workers=self.registry.active)
         self.converge.want(now)
 

@@ -73,6 +73,10 @@ class Rebuild:
         self.budget = max(1, budget)
         self.stage = Stage.TASKS
         self.slices = 0
+        # Seconds from the first slice to the end of each stage (by the `now` of the slices),
+        # for the "running" log: where a slow rebuild spent its time.
+        self.stage_s: dict[str, float] = {}
+        self._began: float | None = None
         assigner.start_list(tasks)
         self._entries = assigner.entries
         self._task_items: Iterator[tuple[str, TaskEntry]] = iter(self._entries.items())
@@ -97,8 +101,11 @@ class Rebuild:
     def step(self, now: float) -> bool:
         """One slice of work; True once the rebuild is done (every active worker was reset)."""
         self.slices += 1
+        if self._began is None:
+            self._began = now
         budget = self.budget
         while budget > 0 and self.stage is not Stage.DONE:
+            stage = self.stage
             if self.stage is Stage.TASKS:
                 budget -= self._tasks(budget)
             elif self.stage is Stage.WORKERS:
@@ -109,6 +116,8 @@ class Rebuild:
                 budget -= self._finish(now)
             else:
                 budget -= self._resets(budget)
+            if self.stage is not stage:
+                self.stage_s[stage.value] = round(now - self._began, 3)
         return self.stage is Stage.DONE
 
     def _tasks(self, budget: int) -> int:
