@@ -185,6 +185,7 @@ class Harness:
         self.persisted: list[int] = []
         self.stopped: str | None = None
         self.logs: list[tuple[str, str]] = []
+        self.log_fields: dict[str, dict[str, Any]] = {}  # event -> the fields it last had
 
     def add(self, w: ModelWorker) -> ModelWorker:
         self.workers[w.identity] = w
@@ -221,6 +222,7 @@ class Harness:
                 self.stopped = a.reason
             else:
                 self.logs.append((a.level, a.event))
+                self.log_fields[a.event] = dict(a.fields)
 
     def deliver(self, w: ModelWorker, status: Status | None) -> None:
         """``status`` reaches the supervisor as the daemon hands it over: a frame with its

@@ -108,6 +108,23 @@ def test_each_worker_gets_its_set_once_from_a_rebuild(
         assert set(m.add) == set(h.core.assigner.desired(w))
 
 
+def test_the_running_log_says_when_each_stage_of_the_rebuild_ended() -> None:
+    tasks = {f"t{i:02d}": 1.0 for i in range(40)}
+    h = Harness(config(), tasks, epoch=3)
+    h.core.rebuild_slice = 3
+    for i in range(3):
+        h.add(ModelWorker(f"w{i}", running={t: make_token(2, 1) for t in list(tasks)[i::3]},
+                          max_load=40, lease_until=30.0))
+    h.until(lambda: h.core.rebuilding is not None)
+    began = h.now
+    h.until(h.running, dt=0.25)
+    stages = h.log_fields["running"]["rebuild_stages_s"]
+    assert list(stages) == ["tasks", "workers", "claims", "finish"]
+    ends = list(stages.values())
+    assert ends == sorted(ends) and ends[0] > 0 and ends[-1] <= h.now - began
+    assert h.log_fields["running"]["rebuild_slices"] > 10
+
+
 def test_leases_are_renewed_between_slices() -> None:
     tasks = {f"t{i:02d}": 1.0 for i in range(40)}
     h = Harness(config(lease=4.0), tasks, epoch=3)
