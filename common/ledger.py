@@ -15,7 +15,6 @@ of a string: dicts keep insertion order and callers sort where an order is chose
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TypeVar
 
 from .diff import Diff
@@ -233,22 +232,6 @@ class Ledger:
         self.bare += 1
         self.version += 1
 
-    def add_plain(self, tasks: Mapping[str, float]) -> None:
-        """New tasks with a cost and nothing else (the bulk path of a big task list): C-level
-        updates instead of one call per task."""
-        intern = self.intern
-        costs: dict[float, list[str]] = {}
-        for task, cost in tasks.items():
-            costs.setdefault(cost, []).append(task)
-        for cost, ts in costs.items():
-            c = intern(cost)
-            self.cost.update(dict.fromkeys(ts, c))
-            self.costs[c] = self.costs.get(c, 0) + len(ts)
-        self.owners.update(dict.fromkeys(tasks, ()))
-        self.pending.update(dict.fromkeys(tasks))
-        self.bare += len(tasks)
-        self.version += 1
-
     def drop_task(self, task: str) -> None:
         """Forget a task that has no owners left."""
         cost = self.cost.pop(task)
@@ -313,33 +296,6 @@ class Ledger:
         if len(owners) >= self.want_of(task):
             self.pending.pop(task, None)
         self.recheck(task)
-        self.version += 1
-
-    def link_many(self, worker: str, tasks: list[str]) -> None:
-        """`link` for many tasks of one worker (a rebuild adopting what it runs): the worker's
-        figures move once."""
-        if not tasks:
-            return
-        if self.journal is not None:
-            for task in tasks:
-                self._save(task, worker)
-        owners_of, want, default, pending = self.owners, self.want, self.replicas, self.pending
-        cost, zoned = self.cost, self.topo.zoned
-        load = self.load[worker]
-        for task in tasks:
-            old = owners_of[task]
-            assert worker not in old, f"{task} linked to {worker} twice"
-            owners = owners_of[task] = (*old, worker)
-            if not old:
-                self.bare -= 1
-            if len(owners) >= want.get(task, default):
-                pending.pop(task, None)
-            load += cost[task]
-            if zoned:
-                self.recheck(task)
-        self.tasks_of[worker].update(dict.fromkeys(tasks))
-        self.load[worker] = load
-        self.touch(worker)
         self.version += 1
 
     def unlink(self, task: str, worker: str) -> None:

@@ -46,9 +46,9 @@ default; water-filling) and ``proportional`` (the supervisor seed's rule).
 from __future__ import annotations
 
 import math
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Collection, Container, Iterable, Mapping
 
-from . import coverage, rebalance, shapes
+from . import bulk, coverage, rebalance, shapes
 from .convergence import Convergence
 from .coverage import LEAST_UTILIZED, PROPORTIONAL, STRATEGIES
 from .diff import Diff, Move, WorkerDiff
@@ -158,7 +158,7 @@ class Placement:
         pending. A task already known is left as it is (`upsert_tasks` changes shapes)."""
         b = self.book
         if not isinstance(tasks, Mapping):
-            b.add_plain(dict.fromkeys((t for t in tasks if t not in b.cost), 1.0))
+            self.add_uniform(list(tasks), 1.0)
             return
         plain: dict[str, float] = {}
         known = b.cost
@@ -174,7 +174,17 @@ class Placement:
                 plain[task] = cost
             else:
                 b.add_task(task, cost, want, need)
-        b.add_plain(plain)
+        bulk.add_plain(b, plain)
+
+    def add_uniform(self, tasks: Collection[str], cost: float) -> None:
+        """`add_tasks` for tasks of one plain cost (no replicas or labels of their own): a
+        million take C-level updates, not a loop. A task already known is left as it is."""
+        if not (isinstance(cost, float | int) and 0 < cost < math.inf):
+            raise ValueError(f"a task's cost must be a finite number > 0, got {cost!r}")
+        known = self.book.cost
+        if not known.keys().isdisjoint(tasks):
+            tasks = [t for t in tasks if t not in known]
+        bulk.add_uniform(self.book, dict.fromkeys(tasks), float(cost))
 
     def upsert_tasks(self, tasks: Mapping[str, Shape]) -> Diff:
         """Add new tasks and change the shape of known ones in place (see `reshape`: a new
@@ -247,6 +257,8 @@ class Placement:
         if worker not in b.cap:
             return []
         room, load = b.cap[worker] + EPS, b.load[worker]
+        if bulk.plain(b):  # nothing but ownership, replicas and room to check: one pass
+            return bulk.link_fitting(b, worker, tasks, room)
         owners_of, cost, want, default = b.owners, b.cost, b.want, b.replicas
         excluded, need, labels = b.excluded, b.need, b.labels[worker]
         take: list[str] = []
@@ -264,7 +276,7 @@ class Placement:
                 continue
             load += c
             take.append(task)
-        b.link_many(worker, take)
+        bulk.link_many(b, worker, take)
         return take
 
     def unassign(self, task: str, worker: str) -> bool:

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from enum import Enum
-from itertools import islice
+from itertools import islice, repeat
+from operator import is_
 
 from corral.common.protocol import Status, WorkerState
 from corral.common.reconcile import resolve_claims
@@ -83,13 +84,14 @@ class Rebuild:
         active = sorted((r for r in registry if r.active), key=lambda r: r.id)
         self._workers: Iterator[WorkerRecord] = iter(active)
         self._read: dict[str, Status] = {}  # worker -> the status its claims were read from
-        # Claims: per worker the listed tasks it runs, in its order; a task's first claim, and
-        # every claim of the few tasks that more than one worker runs.
-        self._claimed: dict[str, list[str]] = {}
-        self._first: dict[str, tuple[str, int]] = {}
+        # Claims: per worker what it runs (its report's map, in its order; placement refuses
+        # what is not listed); a task's first claim, and every claim of the few listed tasks
+        # that more than one worker runs.
+        self._claimed: dict[str, Mapping[str, int]] = {}
+        self._first: dict[str, str] = {}
         self._multi: dict[str, list[tuple[str, int]]] = {}
         self._losers: dict[str, set[str]] = {}  # worker -> claimed tasks it must not keep
-        self._assign_items: Iterator[tuple[str, list[str]]] | None = None
+        self._assign_items: Iterator[tuple[str, Mapping[str, int]]] | None = None
         self._reset_items: Iterator[WorkerRecord] | None = None
         self._surplus_tasks = self._surplus_copies = 0
 
@@ -123,7 +125,13 @@ class Rebuild:
     def _tasks(self, budget: int) -> int:
         chunk = dict(islice(self._task_items, budget))
         if chunk:
-            self._assigner.placement.add_tasks({t: shape_of(e) for t, e in chunk.items()})
+            p, first = self._assigner.placement, next(iter(chunk.values()))
+            shape = shape_of(first)
+            # A list of bare ids shares one entry: checked by identity in C, added in bulk.
+            if type(shape) is float and all(map(is_, chunk.values(), repeat(first))):
+                p.add_uniform(chunk, shape)
+            else:
+                p.add_tasks({t: shape_of(e) for t, e in chunk.items()})
         if len(chunk) < budget:
             self.stage = Stage.WORKERS
         return max(1, len(chunk))
@@ -132,22 +140,26 @@ class Rebuild:
         """Each worker joins placement (no tasks yet, so no diff) and its running set becomes
         claims."""
         a, entries, first, multi = self._assigner, self._entries, self._first, self._multi
+        read = self._read
         used = 0
         for rec in self._workers:
             a.join_placement(rec)
             w = rec.id
-            st = self._read[w] = rec.status
-            mine = self._claimed[w] = []
-            for task, token in st.running.items():
-                if task not in entries:
-                    continue
-                mine.append(task)
-                other = first.get(task)
-                if other is None:
-                    first[task] = (w, token)
-                else:
-                    multi.setdefault(task, [other]).append((w, token))
-            used += WORKER_ITEMS + len(mine)
+            st = read[w] = rec.status
+            running = st.running
+            # Most tasks run on one worker: those claims are recorded in C; a task claimed
+            # before is rare, and gathered with every claim on it, tokens read back. Tasks
+            # not listed are claimed too: placement refuses them (they are unknown to it).
+            self._claimed[w] = running
+            if first.keys().isdisjoint(running):
+                first.update(dict.fromkeys(running, w))
+            else:
+                for task in running:
+                    other = first.setdefault(task, w)
+                    if other != w and task in entries:
+                        multi.setdefault(task, [(other, read[other].running[task])]).append(
+                            (w, running[task]))
+            used += WORKER_ITEMS + len(running)
             if used >= budget:
                 return used
         self._end_claims()

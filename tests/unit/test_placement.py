@@ -4,6 +4,7 @@ have files of their own (test_placement_machine/sticky/zones.py)."""
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from corral.common import bulk
 from corral.common.diff import Diff
 from corral.common.placement import (
     LEAST_UTILIZED,
@@ -675,16 +677,19 @@ def test_a_tolerance_bounds_the_gap_not_one_task_s_step() -> None:
 
 
 @st.composite
-def _adoptions(draw: st.DrawFn) -> tuple[list[Any], list[Any], list[tuple[str, list[str]]]]:
+def _adoptions(draw: st.DrawFn, plain: bool = False
+               ) -> tuple[list[Any], list[Any], list[tuple[str, list[str]]]]:
     """Workers (cap, labels, zone), tasks (cost or shape), and per worker the tasks it claims:
-    some unknown, some repeated, some excluded, some needing labels it lacks."""
+    some unknown, some repeated, some excluded, some needing labels it lacks. ``plain``: bare
+    costs and no zones (the book `assign_many` checks in one pass)."""
     workers = [(f"w{i}", draw(st.sampled_from([0.0, 1.0, 2.5, 4.0])),
-                draw(st.sampled_from([{}, {"gpu": "true"}])),
-                draw(st.sampled_from(["", "z1", "z2"]))) for i in range(draw(st.integers(1, 4)))]
-    shapes = st.one_of(st.sampled_from([1.0, 0.5, 2.0]),
-                       st.builds(TaskShape, st.sampled_from([1.0, 1.5]),
-                                 st.sampled_from([None, 1, 3]),
-                                 st.sampled_from([{}, {"gpu": "true"}])))
+                {} if plain else draw(st.sampled_from([{}, {"gpu": "true"}])),
+                "" if plain else draw(st.sampled_from(["", "z1", "z2"])))
+               for i in range(draw(st.integers(1, 4)))]
+    costs = st.sampled_from([1.0, 0.5, 2.0, 0.1, 0.7])
+    shapes = costs if plain else st.one_of(
+        costs, st.builds(TaskShape, st.sampled_from([1.0, 1.5]), st.sampled_from([None, 1, 3]),
+                         st.sampled_from([{}, {"gpu": "true"}])))
     tasks = [(f"t{i}", draw(shapes)) for i in range(draw(st.integers(1, 10)))]
     names = [t for t, _ in tasks] + ["unknown"]
     claims = [(draw(st.sampled_from([w for w, *_ in workers] + ["nobody"])),
@@ -693,19 +698,23 @@ def _adoptions(draw: st.DrawFn) -> tuple[list[Any], list[Any], list[tuple[str, l
     return workers, tasks, claims
 
 
-@given(_adoptions(), st.integers(1, 2), st.randoms(use_true_random=False))
+@given(st.booleans().flatmap(_adoptions), st.integers(1, 3), st.randoms(use_true_random=False))
 def test_assign_many_is_assign_one_by_one(case: Any, replicas: int, rnd: random.Random) -> None:
     workers, tasks, claims = case
+    plain = all(isinstance(c, float) for _, c in tasks) and not any(z for *_, z in workers)
     ps = [Placement(replicas) for _ in range(2)]
     for p in ps:
         for w, cap, labels, zone in workers:
             p.upsert_worker(w, cap, zone=zone, labels=labels)
         p.add_tasks(dict(tasks))
-    excluded = [(t, w) for t, _ in tasks for w, *_ in workers if rnd.random() < 0.15]
+    excluded = [] if plain and rnd.random() < 0.5 else [
+        (t, w) for t, _ in tasks for w, *_ in workers if rnd.random() < 0.15]
     for p in ps:
         for t, w in excluded:
             p.exclude(t, w)
     one, many = ps
+    if plain and not excluded:
+        assert bulk.plain(many.book)  # the one-pass path is the one checked
     for w, claimed in claims:
         took = [t for t in claimed if one.assign(t, w)]
         assert many.assign_many(w, claimed) == took
@@ -715,3 +724,30 @@ def test_assign_many_is_assign_one_by_one(case: Any, replicas: int, rnd: random.
         assert dict(one.view.tasks_of(w)) == dict(many.view.tasks_of(w))
     assert one.view.pending() == many.view.pending()
     check_invariants(many)
+
+
+@given(st.lists(st.sampled_from([f"t{i}" for i in range(8)]), max_size=12),
+       st.lists(st.sampled_from([f"t{i}" for i in range(8)]), max_size=6),
+       st.sampled_from([1.0, 0.25, 3]), st.integers(1, 2))
+def test_tasks_of_one_cost_added_in_bulk_are_added_one_by_one(
+        ids: list[str], known: list[str], cost: float, replicas: int) -> None:
+    bulk_p, one_p = Placement(replicas), Placement(replicas)
+    for p in (bulk_p, one_p):
+        p.upsert_worker("w", 4.0)
+        p.add_tasks(dict.fromkeys(known, 2.0))  # known tasks keep their cost
+    bulk_p.add_uniform(ids, cost)
+    one_p.add_tasks({t: float(cost) for t in ids})
+    for p in (bulk_p, one_p):
+        p.place()
+    assert bulk_p.view.assignment() == one_p.view.assignment()
+    assert list(bulk_p.view.tasks.items()) == list(one_p.view.tasks.items())  # costs, order
+    assert list(bulk_p.view.pending()) == list(one_p.view.pending())
+    check_invariants(bulk_p)
+
+
+def test_a_bulk_of_tasks_with_a_bad_cost_is_refused() -> None:
+    p = Placement()
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="cost must be a finite number > 0"):
+            p.add_uniform(["a"], bad)
+    assert not p.view.tasks

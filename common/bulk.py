@@ -1,0 +1,115 @@
+"""The ledger's bulk paths, for a big task list and a rebuild that adopts what a fleet runs.
+
+At a million tasks, one `Ledger` call per task costs seconds that a supervisor spends deaf to
+its workers. These functions change the same books as `Ledger.add_task` and `Ledger.link`
+would, task by task, and keep every invariant the ledger documents, but move a worker's
+figures once and update the big dicts in C (``dict.update`` of ``dict.fromkeys``). They are
+functions of a ledger, not methods, so the ledger stays the one place for per-task changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+
+from .ledger import Ledger
+
+
+def add_plain(book: Ledger, tasks: Mapping[str, float]) -> None:
+    """New tasks (none known yet), id -> cost, and nothing else: no replicas of their own, no
+    required labels. All their replicas start pending, in the mapping's order."""
+    if not tasks:
+        return
+    by_cost: dict[float, list[str]] = {}
+    for task, cost in tasks.items():
+        by_cost.setdefault(cost, []).append(task)
+    for cost, ts in by_cost.items():
+        _costs(book, ts, cost)
+    _unowned(book, tasks)
+
+
+def add_uniform(book: Ledger, tasks: Collection[str], cost: float) -> None:
+    """`add_plain` for tasks that all cost the same (a list of bare ids): no loop in Python."""
+    if tasks:
+        _costs(book, tasks, cost)
+        _unowned(book, tasks)
+
+
+def _costs(book: Ledger, tasks: Collection[str], cost: float) -> None:
+    c = book.intern(cost)
+    book.cost.update(dict.fromkeys(tasks, c))
+    book.costs[c] = book.costs.get(c, 0) + len(tasks)
+
+
+def _unowned(book: Ledger, tasks: Collection[str]) -> None:
+    book.owners.update(dict.fromkeys(tasks, ()))
+    book.pending.update(dict.fromkeys(tasks))
+    book.bare += len(tasks)
+    book.version += 1
+
+
+def link_many(book: Ledger, worker: str, tasks: list[str]) -> None:
+    """`Ledger.link` for many tasks of one worker, each already checked."""
+    if not tasks:
+        return
+    if book.journal is not None:
+        for task in tasks:
+            book._save(task, worker)
+    owners_of, want, default, pending = book.owners, book.want, book.replicas, book.pending
+    cost, zoned = book.cost, book.topo.zoned
+    load = book.load[worker]
+    for task in tasks:
+        old = owners_of[task]
+        assert worker not in old, f"{task} linked to {worker} twice"
+        owners = owners_of[task] = (*old, worker)
+        if not old:
+            book.bare -= 1
+        if len(owners) >= want.get(task, default):
+            pending.pop(task, None)
+        load += cost[task]
+        if zoned:
+            book.recheck(task)
+    _moved(book, worker, tasks, load)
+
+
+def plain(book: Ledger) -> bool:
+    """No task wants its own replica count, needs labels or excludes a worker; no zones; no
+    dry run: `link_fitting` may stand for `Placement.assign_many`'s checks."""
+    return not (book.want or book.need or book.excluded or book.topo.zoned
+                or book.journal is not None)
+
+
+def link_fitting(book: Ledger, worker: str, tasks: Iterable[str], room: float) -> list[str]:
+    """In order, link each of ``tasks`` that is known, not yet the worker's, short of its
+    replicas and fits in ``room`` (the worker's capacity and the rounding slack); returns
+    those linked. The checks and the linking in one pass, for a plain book (see `plain`)."""
+    owners_of, cost, pending, default = book.owners, book.cost, book.pending, book.replicas
+    load = book.load[worker]
+    take: list[str] = []
+    clothed = 0  # tasks that had no owner before
+    for task in tasks:
+        old = owners_of.get(task)
+        if old is None or worker in old or len(old) >= default:
+            continue
+        c = cost[task]
+        if load + c > room:
+            continue
+        load += c
+        if old:
+            owners = owners_of[task] = (*old, worker)
+        else:
+            owners = owners_of[task] = (worker,)
+            clothed += 1
+        if len(owners) >= default:
+            pending.pop(task, None)
+        take.append(task)
+    if take:
+        book.bare -= clothed
+        _moved(book, worker, take, load)
+    return take
+
+
+def _moved(book: Ledger, worker: str, tasks: list[str], load: float) -> None:
+    book.tasks_of[worker].update(dict.fromkeys(tasks))
+    book.load[worker] = load
+    book.touch(worker)
+    book.version += 1
