@@ -192,7 +192,11 @@ class Intake:
         st = rec.status
         rec.resend_wait = self._resend_wait
         self._number_on(rec)
-        self._out.append(Log("info", "worker joined", {
+        # A restart hears the whole fleet join during its warm-up: that is one line ("warm-up
+        # over", with the count) at info, not one per worker (100,000 lines cost the warm-up
+        # ~3 s at 100,000 workers); a worker joining later is news.
+        level = "debug" if self._life.phase is Phase.WARMUP else "info"
+        self._out.append(Log(level, "worker joined", {
             "worker": rec.id, "max_load": st.max_load, "state": str(st.state),
             "running": len(st.running), "zone": st.zone or None}))
         self._feed.add("join", worker=rec.id, max_load=st.max_load, zone=st.zone)

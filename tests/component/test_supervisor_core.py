@@ -65,6 +65,19 @@ def test_expect_workers_ends_warmup_early() -> None:
     assert h.core.life.phase is Phase.RUNNING and h.now < 5
 
 
+def test_joins_during_the_warm_up_are_summed_up_and_later_ones_logged_each() -> None:
+    h = Harness(config(warmup=5.0), dict(TASKS))
+    for x in "abc":
+        h.add(ModelWorker(x))
+    h.until(h.running)
+    assert ("debug", "worker joined") in h.logs and ("info", "worker joined") not in h.logs
+    assert h.log_fields["warm-up over; querying tasks"]["workers"] == 3
+    h.add(ModelWorker("late"))
+    h.step(1.0)
+    assert ("info", "worker joined") in h.logs
+    assert h.log_fields["worker joined"]["worker"] == "late"
+
+
 def test_restarted_supervisor_rebuilds_from_reports_without_restarting_anything() -> None:
     h = Harness(config(replicas=2), dict(TASKS), epoch=7)
     # Leases granted by the previous supervisor are still good for a few seconds.
