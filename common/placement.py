@@ -46,7 +46,7 @@ default; water-filling) and ``proportional`` (the supervisor seed's rule).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Container, Iterable, Mapping
+from collections.abc import Collection, Container, Iterable, Iterator, Mapping
 
 from . import bulk, coverage, rebalance, shapes
 from .convergence import Convergence
@@ -185,6 +185,15 @@ class Placement:
         if not known.keys().isdisjoint(tasks):
             tasks = [t for t in tasks if t not in known]
         bulk.add_uniform(self.book, dict.fromkeys(tasks), float(cost))
+
+    def fill(self, tasks: Collection[str], cost: float) -> Iterator[None]:
+        """`add_uniform` into a placement with no task yet, in steps: iterate it (each step
+        ~0.45 s at a million tasks); nothing changes before the last one (see `bulk.fill`)."""
+        if not (isinstance(cost, float | int) and 0 < cost < math.inf):
+            raise ValueError(f"a task's cost must be a finite number > 0, got {cost!r}")
+        if self.book.cost:
+            raise ValueError("fill is for a placement with no task yet; use add_uniform")
+        return bulk.fill(self.book, tasks, float(cost))
 
     def upsert_tasks(self, tasks: Mapping[str, Shape]) -> Diff:
         """Add new tasks and change the shape of known ones in place (see `reshape`: a new

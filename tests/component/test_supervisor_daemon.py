@@ -5,6 +5,7 @@ enqueues the shutdown verb that the next loop turn carries out."""
 from __future__ import annotations
 
 import gc
+import json
 import signal
 from pathlib import Path
 
@@ -84,11 +85,12 @@ def test_sends_to_gone_peers_in_a_queue_are_counted_not_fatal(tmp_path: Path) ->
 
 def sliced(tmp_path: Path, slice_items: int) -> tuple[Daemon, FakeClock]:
     """A daemon on a fake clock with 40 tasks in a file, whose rebuild runs in slices of
-    ``slice_items``; its warm-up (1 s) is over by its first step."""
-    (tmp_path / "tasks.txt").write_text("".join(f"t{i}\n" for i in range(40)))
+    ``slice_items``; its warm-up (1 s) is over by its first step. Two costs: a list of bare
+    ids is added in a few big steps whatever the slice (`Placement.fill`)."""
+    (tmp_path / "tasks.json").write_text(json.dumps({f"t{i}": 1 + i % 2 for i in range(40)}))
     cfg = SupervisorConfig(bind=f"tcp://127.0.0.1:{free_port()}",
                            control=f"tcp://127.0.0.1:{free_port()}",
-                           tasks=f"file:{tmp_path / 'tasks.txt'}", warmup=1.0,
+                           tasks=f"file:{tmp_path / 'tasks.json'}", warmup=1.0,
                            query_interval=600.0, state_file=str(tmp_path / "epoch"))
     clock = FakeClock(100.0)
     d = Daemon(cfg, clock=clock, sleep=lambda s: None)

@@ -751,3 +751,38 @@ def test_a_bulk_of_tasks_with_a_bad_cost_is_refused() -> None:
         with pytest.raises(ValueError, match="cost must be a finite number > 0"):
             p.add_uniform(["a"], bad)
     assert not p.view.tasks
+
+
+@given(st.lists(st.sampled_from([f"t{i}" for i in range(8)]), max_size=12),
+       st.sampled_from([1.0, 0.25, 3]), st.integers(1, 2), st.integers(0, 4))
+def test_a_fill_in_steps_is_add_uniform_and_nothing_until_its_last_step(
+        ids: list[str], cost: float, replicas: int, stop_after: int) -> None:
+    filled, added = Placement(replicas), Placement(replicas)
+    for p in (filled, added):
+        p.upsert_worker("w", 4.0)
+    added.add_uniform(ids, cost)
+    steps = filled.fill(dict.fromkeys(ids), cost)
+    taken = 0
+    for _ in steps:
+        taken += 1
+        if taken == stop_after:
+            break
+        assert not filled.view.tasks, "the book changed before the last step"
+    if taken == stop_after:  # dropped midway: as if never begun
+        assert not filled.view.tasks and not filled.view.pending()
+        return
+    assert list(filled.view.tasks.items()) == list(added.view.tasks.items())
+    assert list(filled.view.pending()) == list(added.view.pending())
+    for p in (filled, added):
+        p.place()
+    assert filled.view.assignment() == added.view.assignment()
+    check_invariants(filled)
+
+
+def test_a_fill_is_only_for_a_placement_with_no_task() -> None:
+    p = Placement()
+    p.add_uniform(["a"], 1.0)
+    with pytest.raises(ValueError, match="no task yet"):
+        p.fill({"b": None}, 1.0)
+    with pytest.raises(ValueError, match="cost must be a finite number > 0"):
+        Placement().fill({"b": None}, 0.0)
