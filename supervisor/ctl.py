@@ -14,7 +14,6 @@ import click
 from corral.cli.usage import CONTEXT, OneLineErrors
 from corral.client.control import DEFAULT_CONTROL, ControlClient, CurveKeys
 from corral.client.errors import ControlFailed, Unreachable
-from corral.common import routemap
 from corral.common.errors import ConfigError, ProtocolError
 
 from .verbs import VERBS, Verb
@@ -193,6 +192,8 @@ def route(ctx: click.Context, task: str | None, key: str | None) -> None:
     only it knows."""
     if (task is None) == (key is None):
         raise click.UsageError("give a TASK or --key KEY (one of them)")
+    from corral.common import routemap  # only this command reads a map (and its hash ring)
+
     try:
         result = routemap.explain(routemap.parse(_call(ctx, "map", {})), task=task, key=key)
     except (LookupError, ProtocolError) as exc:

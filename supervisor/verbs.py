@@ -1,6 +1,9 @@
 """Every control verb, defined once. `corralctl` builds its commands from this registry, the
 daemon answers control requests and signals through `call`, and tests use it directly.
 
+`corralctl` is a process per command and needs only the table: the views and events a verb
+runs with are imported when one runs (they took a fifth of its start-up).
+
 Errors have a fixed shape: a `ControlError` with a stable code (protocol.ERR_*) and a sentence.
 """
 
@@ -20,11 +23,13 @@ from corral.common.protocol import (
     ControlError,
 )
 
-from . import views
-from .events import Action, Command, Log
-
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from .core import SupervisorCore
+    from .events import Action
+
+MAX_PAGE = 10_000  # rows per answer: a whole 100,000-worker fleet would not fit in a frame
 
 
 @dataclass(frozen=True)
@@ -47,14 +52,17 @@ class Verb:
 
 
 def _view(fn: Callable[..., Any]) -> Callable[[SupervisorCore, dict[str, Any], float], Any]:
+    """``fn(views, queries, args, now)``: a read-only verb."""
     def run(core: SupervisorCore, args: dict[str, Any], now: float) -> tuple[Any, list[Action]]:
-        return fn(core.queries, args, now), []
+        return fn(_views(), core.queries, args, now), []
 
     return run
 
 
 def _command(verb: str, result: Callable[[dict[str, Any]], Any]) -> Callable[..., Any]:
     def run(core: SupervisorCore, args: dict[str, Any], now: float) -> tuple[Any, list[Action]]:
+        from .events import Command
+
         actions = core.handle(Command(verb, args), now)
         return result(args), actions
 
@@ -62,7 +70,7 @@ def _command(verb: str, result: Callable[[dict[str, Any]], Any]) -> Callable[...
 
 
 _WORKER = Arg("worker", str, "the worker id", positional=True, required=True)
-_LIMIT = Arg("limit", int, f"at most this many rows (capped at {views.MAX_PAGE}; the answer's "
+_LIMIT = Arg("limit", int, f"at most this many rows (capped at {MAX_PAGE}; the answer's "
              "`next` continues)", minimum=1)
 _AFTER = Arg("after", str, "start after this id (the `next` of the previous page)")
 
@@ -70,10 +78,10 @@ VERBS: dict[str, Verb] = {
     v.name: v
     for v in (
         Verb("status", "phase, epoch, balance and counts of workers and tasks",
-             _view(lambda q, a, now: views.status(q, now))),
+             _view(lambda v, q, a, now: v.status(q, now))),
         Verb("workers", "workers: state, load, last report, zone (paged; filter by state or "
              "zone)",
-             _view(lambda q, a, now: views.workers(q, now, a.get("limit"), a.get("after"),
+             _view(lambda v, q, a, now: v.workers(q, now, a.get("limit"), a.get("after"),
                                                    a.get("state"), a.get("zone"))),
              args=(_LIMIT, _AFTER,
                    Arg("state", str, "only workers in this state (ready, inactive, drained, "
@@ -81,7 +89,7 @@ VERBS: dict[str, Verb] = {
                    Arg("zone", str, "only workers in this zone or below it (eu-1 matches "
                        "eu-1/rack-7)"))),
         Verb("tasks", "tasks with owners, fencing tokens and why any are pending (paged)",
-             _view(lambda q, a, now: views.tasks(q, a.get("worker"), bool(a.get("pending")),
+             _view(lambda v, q, a, now: v.tasks(q, a.get("worker"), bool(a.get("pending")),
                                                  a.get("task"), a.get("limit"), a.get("after"),
                                                  bool(a.get("handoffs")))),
              args=(Arg("worker", str, "only this worker's tasks"),
@@ -89,23 +97,23 @@ VERBS: dict[str, Verb] = {
                    Arg("handoffs", bool, "only tasks in a make-before-break hand-off"),
                    Arg("task", str, "only tasks whose id starts with this"), _LIMIT, _AFTER)),
         Verb("assignments", "task -> workers, with the assignment version (paged)",
-             _view(lambda q, a, now: views.assignments(q, a.get("task"), a.get("limit"),
+             _view(lambda v, q, a, now: v.assignments(q, a.get("task"), a.get("limit"),
                                                        a.get("after"))),
              args=(Arg("task", str, "only tasks whose id starts with this"), _LIMIT, _AFTER)),
         Verb("map", "the request-routing map: task -> serving owners, worker -> serve address "
              "and state (nothing when --if-newer-than is current)",
-             _view(lambda q, a, now: views.route_map(q, a.get("if_newer_than"),
+             _view(lambda v, q, a, now: v.route_map(q, a.get("if_newer_than"),
                                                      a.get("epoch"))),
              args=(Arg("if_newer_than", int, "the map version the caller holds", minimum=0),
                    Arg("epoch", int, "the epoch of the map the caller holds", minimum=0))),
         Verb("events", "the change feed: what happened after a cursor (joins, timeouts, moves "
              "and why, hand-offs, task lists, HA roles, refusals)",
-             _view(lambda q, a, now: views.events(q, now, a.get("after"), a.get("limit"))),
+             _view(lambda v, q, a, now: v.events(q, now, a.get("after"), a.get("limit"))),
              args=(Arg("after", int, "the cursor of the last answer (omit: the newest events)",
                        minimum=0),
                    Arg("limit", int, "at most this many events", minimum=1))),
         Verb("counters", "the supervisor's counters (what --metrics exports)",
-             _view(lambda q, a, now: q.counters())),
+             _view(lambda v, q, a, now: q.counters())),
         Verb("drain", "move a worker's tasks elsewhere (make-before-break); it takes no new ones",
              _command("drain", lambda a: {"drained": a["worker"]}), (_WORKER,), True),
         Verb("undrain", "let a drained worker take tasks again",
@@ -157,6 +165,12 @@ def _not_leader(core: SupervisorCore) -> str:
     return "this supervisor is a standby and no leader is known yet"
 
 
+def _views() -> ModuleType:
+    from . import views
+
+    return views
+
+
 def call(
     core: SupervisorCore, verb: str, args: dict[str, Any], now: float
 ) -> tuple[Any, ControlError | None, list[Action]]:
@@ -174,6 +188,8 @@ def call(
     except LookupError as exc:
         return None, ControlError(ERR_NOT_FOUND, str(exc.args[0] if exc.args else exc)), []
     except Exception as exc:  # a bug must not take the daemon down; it is reported instead
+        from .events import Log
+
         return None, ControlError(ERR_INTERNAL, f"{type(exc).__name__}: {exc}"), [
             Log("error", "control verb failed", {"verb": verb, "error": repr(exc)})]
     return result, None, actions

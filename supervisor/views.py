@@ -21,8 +21,7 @@ from itertools import islice
 from typing import Any, TypeVar
 
 from .queries import Queries, WorkerView
-
-MAX_PAGE = 10_000  # rows per answer: a whole 100,000-worker fleet would not fit in a frame
+from .verbs import MAX_PAGE  # rows per answer (defined with the verbs, whose help says it)
 
 T = TypeVar("T")
 

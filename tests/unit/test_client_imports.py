@@ -25,3 +25,21 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         assert "NoSuchThing" in str(exc)
     else:
         raise AssertionError("no AttributeError")
+
+
+def test_corralctl_loads_the_verb_table_without_what_the_verbs_run_with() -> None:
+    heavy = ["corral.supervisor.views", "corral.supervisor.queries", "corral.supervisor.events",
+             "corral.common.routemap", "corral.common.placement"]
+    code = ("import sys; import corral.supervisor.ctl; "
+            f"print([m for m in {heavy!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_page_cap_the_verbs_announce_is_the_one_views_apply() -> None:
+    from corral.supervisor import verbs, views
+
+    assert views.MAX_PAGE == verbs.MAX_PAGE
+    assert f"capped at {verbs.MAX_PAGE}" in verbs.VERBS["workers"].args[0].help
