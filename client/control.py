@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import zmq
-import zmq.auth
 
 from corral.common import codec
 from corral.common.errors import ConfigError, ProtocolError
@@ -55,6 +54,9 @@ class CurveKeys:
     def load(cls, server_key: str, secret_key: str) -> CurveKeys:
         """From the supervisor's ``NAME.key`` and your ``NAME.key_secret``; `ConfigError`
         with a sentence when a file is missing or not a key."""
+        import zmq.auth  # (its import, and the logging it pulls in, only for Curve: a process
+        # per corralctl command pays for what it imports)
+
         try:
             server, _ = zmq.auth.load_certificate(server_key)
         except (OSError, ValueError) as exc:
