@@ -8,9 +8,8 @@ leader must stop — all of that is the core's. Its poll timeout is the core's n
 Signals only enqueue a control verb and wake the poll through a self-pipe; there is one
 shutdown path (`close`).
 
-Sends are queued and leave at most `MAX_SENDS` per loop turn, so a burst (a warm-up that
-resets 100,000 workers, a reset in parts) never starves the receive loop; the queue keeps
-each worker's sets in order, and the core's resends cover what a full peer queue dropped.
+Sets leave through the `Outbox` (outbox.py): at once when nothing waits, else queued and paced
+at most `MAX_SENDS` a loop turn, so a burst never starves the receive loop.
 
 Lifecycle of the daemon object (not the core's phases)::
 
@@ -60,20 +59,15 @@ from .events import (
     Tick,
 )
 from .ha import Election, Role, parse_endpoints
+from .outbox import Outbox
 from .sources import Fetcher, TaskSource
 
 # pyzmq's flags and options are Enum members and its multipart helpers convert them on every
 # call; plain ints, and two recv() calls plus one RCVMORE check instead of recv_multipart(),
 # halve the cost of moving a message (measured: ~1.7 us against ~4-7 us).
 NOBLOCK = int(zmq.NOBLOCK)
-SNDMORE = int(zmq.SNDMORE)
 RCVMORE = int(zmq.RCVMORE)
-# pyzmq's Socket.send wraps the backend's in Python (routing ids, groups: not ours); the
-# backend's own is ~0.4 us a message cheaper (measured), and the supervisor sends 20,000
-# renewals a second at 100,000 workers.
-_SEND = zmq.backend.Socket.send
 MAX_BATCH = 5000  # messages drained per wake-up before timers and control get a turn
-MAX_SENDS = 5000  # messages sent per loop turn; the rest wait for the next turn
 MAX_TIMER_DELAY = 1.0  # timers wait at most this long for a backlog of reports to drain
 # After a wake-up that drained everything, wait this long before polling again so the next
 # messages arrive in a batch: each wake-up costs several system calls, and libzmq's handling of
@@ -113,15 +107,14 @@ class Daemon:
         self.core.queries.attach(self.io)
         self._signals: deque[int] = deque()
         self._roles: deque[Role] = deque()
-        self._outq: deque[Send] = deque()
-        self._gone: deque[bytes] = deque()  # peers a send found gone, for the core to hear
-        self._sending = False  # a `_send_queued` pass is under way
         self._stopping = False
         self._closed = False
         self.exit_code = 0
         self.election: Election | None = None
         self.endpoints = Endpoints(config)  # bound, or BindError / ConfigError
         self.router, self.control = self.endpoints.router, self.endpoints.control
+        self.outbox = Outbox(self.router, self.io,
+                             lambda identity: self._step(PeerGone(identity), self.clock()))
         self.key_names = self.endpoints.key_names
         self.fetcher = Fetcher(self.source, config.source_timeout, self.wake, self.log)
         self.core.queries.attach(self.fetcher.counters)
@@ -203,7 +196,7 @@ class Daemon:
     def poll_timeout(self, now: float) -> float:
         """Seconds the loop may sleep in poll: until the core's next deadline or the next
         metrics snapshot; none while sends wait in the queue or the core is busy."""
-        if self._outq or self._gone or self.core.busy:
+        if self.outbox.waiting or self.core.busy:
             return 0.0
         deadline = self.core.next_deadline()
         until = deadline if deadline is not None else now + 60.0
@@ -254,12 +247,13 @@ class Daemon:
             self._slice_due = self.clock() + SLICE_SHARE * took
         if self.gc.paused and not core.busy:  # the sliced work ended (or was dropped)
             self.gc.busy(False)
-        self._send_queued()
+        self.outbox.flush()
         if now >= self._next_snapshot:
             self._next_snapshot = now + 1.0
             if self.collector is not None:
                 self.collector.refresh(core.queries)
-        if 0 < handled < MAX_BATCH and not self._signals and not self._outq and not core.busy:
+        if 0 < handled < MAX_BATCH and not self._signals and not self.outbox.queued \
+                and not core.busy:
             due = core.next_deadline()
             pause = COALESCE_S if due is None else min(COALESCE_S, due - self.clock())
             if pause > 0:
@@ -366,17 +360,17 @@ class Daemon:
     # -- output --------------------------------------------------------------------------------
 
     def _execute(self, actions: list[Action]) -> None:
-        """Carry out the core's actions. Sets leave at once when nothing waits in the queue and
-        there are at most MAX_SENDS (the usual case: a batch's renewals); otherwise they queue,
-        in order, and leave MAX_SENDS a loop turn (`_send_queued`)."""
-        q, log = self._outq, self.log
-        direct = not q and not self._sending and len(actions) <= MAX_SENDS
+        """Carry out the core's actions. Sets leave at once when nothing waits in the outbox
+        and there are at most MAX_SENDS (the usual case: a batch's renewals); otherwise they
+        queue, in order, and leave MAX_SENDS a loop turn."""
+        out, log = self.outbox, self.log
+        direct = out.direct(len(actions))
         for a in actions:
             if type(a) is Send:
                 if direct:
-                    self._send_one(a)
+                    out.send(a)
                 else:
-                    q.append(a)
+                    out.put(a)
             elif type(a) is Log:
                 getattr(log, a.level)(a.event, **a.fields)
             elif type(a) is Fetch:
@@ -386,43 +380,7 @@ class Daemon:
             elif type(a) is Stop:
                 log.info("stopping", reason=a.reason)
                 self._stopping = True
-        if self._gone or (q and len(q) <= MAX_SENDS):
-            self._send_queued()  # peers found gone; a short queue goes in this turn
-
-    def _send_queued(self) -> None:
-        """Send what is queued, at most MAX_SENDS, and step the core with a `PeerGone` for
-        each peer a send found gone. One pass at a time: what the core answers to a peer gone
-        joins the queue of the pass under way (a pass inside a pass recursed once per gone
-        peer: the daemon died when a whole fleet disconnected at once)."""
-        if self._sending:
-            return
-        self._sending = True
-        try:
-            q, gone, sent = self._outq, self._gone, 0
-            while gone or (q and sent < MAX_SENDS):
-                if gone:
-                    self._step(PeerGone(gone.popleft()), self.clock())
-                else:
-                    self._send_one(q.popleft())
-                    sent += 1
-        finally:
-            self._sending = False
-
-    def _send_one(self, a: Send) -> None:
-        router, io = self.router, self.io
-        try:
-            # With ROUTER_MANDATORY the first frame decides: unknown peer or full queue
-            # raise here, before anything is queued.
-            _SEND(router, a.identity, NOBLOCK | SNDMORE)
-            _SEND(router, codec.encode(a.message), NOBLOCK)
-            io.messages_out += 1
-        except zmq.Again:  # its queue is full: slow; reconciliation resends later
-            io.send_failures += 1
-        except zmq.ZMQError as exc:
-            if exc.errno != zmq.EHOSTUNREACH:
-                raise
-            io.send_failures += 1  # gone; its timeout (or the registry) will tell
-            self._gone.append(a.identity)  # the core hears of it in `_send_queued`
+        out.after_put()
 
     def close(self) -> None:
         """The one shutdown path: stop the election (a leader gives its key up, so a standby

@@ -78,7 +78,7 @@ def test_sends_to_gone_peers_in_a_queue_are_counted_not_fatal(tmp_path: Path) ->
         # sent the next queued set from inside it, one frame deeper per peer; when the whole
         # fleet disconnected at once the daemon died of a RecursionError.
         d._execute([Send(f"gone-{i}".encode(), msg) for i in range(4000)])
-        assert d.io.send_failures == 4003 and not d.stopping and not d._outq
+        assert d.io.send_failures == 4003 and not d.stopping and not d.outbox.queued
     finally:
         d.close()
 
@@ -144,7 +144,7 @@ def test_a_burst_of_sets_leaves_max_sends_a_loop_turn_in_order(
     """Up to MAX_SENDS sets leave at once; a bigger burst queues whole and leaves MAX_SENDS a
     loop turn (the receive loop is never starved), and sets behind a queue wait their turn."""
     from corral.common.protocol import Instructions
-    from corral.supervisor import daemon as module
+    from corral.supervisor import outbox as module
     from corral.supervisor.events import Send
 
     monkeypatch.setattr(module, "MAX_SENDS", 5)
@@ -155,20 +155,20 @@ def test_a_burst_of_sets_leaves_max_sends_a_loop_turn_in_order(
                            state_file=str(tmp_path / "epoch"))
     d = Daemon(cfg, clock=FakeClock(100.0), sleep=lambda s: None)
     sent: list[bytes] = []
-    monkeypatch.setattr(d, "_send_one", lambda a: sent.append(a.identity))
+    monkeypatch.setattr(d.outbox, "send", lambda a: sent.append(a.identity))
     msg = Instructions(1, 1, 7, 10.0, 1, 1.0)
     try:
         d._execute([Send(b"a%d" % i, msg) for i in range(5)])
-        assert sent == [b"a%d" % i for i in range(5)] and not d._outq
+        assert sent == [b"a%d" % i for i in range(5)] and not d.outbox.queued
         burst = [Send(b"b%d" % i, msg) for i in range(12)]
         d._execute(burst)
-        assert len(sent) == 5 and len(d._outq) == 12  # too many for one turn: all queued
+        assert len(sent) == 5 and len(d.outbox.queued) == 12  # too many for one turn: all queued
         d._execute([Send(b"c", msg)])  # behind the queue, not ahead of it
-        assert len(sent) == 5 and len(d._outq) == 13
+        assert len(sent) == 5 and len(d.outbox.queued) == 13
         for turn in (1, 2, 3):
             d.step(max_wait=0)
             assert len(sent) == 5 + min(5 * turn, 13)
-        assert sent[5:] == [s.identity for s in burst] + [b"c"] and not d._outq
+        assert sent[5:] == [s.identity for s in burst] + [b"c"] and not d.outbox.queued
     finally:
         d.close()
 
