@@ -225,8 +225,10 @@ class SupervisorCore:
                 self.assigner.clear()
                 self._out.append(Log("info", "a new task list during the rebuild; starting "
                                      "over", {"tasks": len(tasks)}))
+            # Its slices run on `Continue`, the first too: a slice can take half a second at
+            # a million tasks, and in this step it added to the list's handling (a step over
+            # the second that counts as a stall).
             self.rebuilding = Rebuild(self.assigner, tasks, self.registry, self.rebuild_slice)
-            self._rebuild_step(now)
         elif life.running:
             added, removed, respec = self.assigner.apply(tasks)
             if added or removed or respec:

@@ -225,6 +225,7 @@ class Daemon:
             self._execute(verbs.call(core, verb, dict(args), now)[2])
         while self._roles:
             self._step(RoleChanged(self._roles.popleft()), now)
+        fetched = bool(self.fetcher.results)
         while self.fetcher.results:
             self._step(self.fetcher.results.popleft(), now)
         # Timers fire only when one is due. While a backlog drains (a full batch was read)
@@ -238,8 +239,10 @@ class Daemon:
         # Work cut into slices (the warm-up's rebuild) takes a slice whenever the reports that
         # were waiting have been read; under a backlog, about half the time (reading gets
         # SLICE_SHARE times as long as the last slice took): a backlog never stops it, and
-        # silence is judged as of the last time nothing waited unread.
-        if core.busy and (handled < MAX_BATCH or self.clock() >= self._slice_due):
+        # silence is judged as of the last time nothing waited unread. Not in the turn that
+        # took a task list: what arrived while it was read goes first.
+        if core.busy and not fetched and (handled < MAX_BATCH
+                                          or self.clock() >= self._slice_due):
             self.gc.busy(True)
             t0 = time.perf_counter()
             self._step(_CONTINUE, now)

@@ -109,6 +109,8 @@ def test_a_rebuild_in_slices_takes_one_per_loop_turn_without_waiting(tmp_path: P
             d.step(max_wait=0.05)
             if d.core.busy:
                 turns += 1
+                if turns == 1:  # the turn that took the list ran no slice: reading goes first
+                    assert d.core.rebuilding is not None and d.core.rebuilding.slices == 0
                 assert d.poll_timeout(clock()) == 0.0  # no sleeping while a rebuild is cut
                 if turns > 1:  # (a slice ran, and the collector was paused for it)
                     assert not gc.isenabled(), "the cycle collector ran during the rebuild"

@@ -9,8 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corral.common.protocol import Instructions, make_token
+from corral.common.tasklist import entry
 from corral.supervisor import verbs
-from corral.supervisor.events import RoleChanged
+from corral.supervisor.events import Continue, RoleChanged, TasksFetched
 from corral.supervisor.ha import Role
 from corral.supervisor.lifecycle import Phase
 
@@ -123,6 +124,20 @@ def test_the_running_log_says_when_each_stage_of_the_rebuild_ended() -> None:
     ends = list(stages.values())
     assert ends == sorted(ends) and ends[0] > 0 and ends[-1] <= h.now - began
     assert h.log_fields["running"]["rebuild_slices"] > 10
+
+
+def test_the_task_list_starts_the_rebuild_and_its_slices_are_steps_of_their_own() -> None:
+    # A slice can take half a second at a million tasks: inside the list's own step it made
+    # that step a stall.
+    tasks = {f"t{i:02d}": entry(1.0 + i % 2) for i in range(12)}
+    core = Harness(config(), {}, epoch=3).core
+    core.rebuild_slice = 4
+    assert core.life.end_warmup()
+    core.handle(TasksFetched(tasks, None, True), 1.0)
+    job = core.rebuilding
+    assert job is not None and job.slices == 0
+    core.handle(Continue(), 1.0)
+    assert job.slices == 1
 
 
 def test_leases_are_renewed_between_slices() -> None:
