@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,12 +38,6 @@ def wait_until(predicate: Callable[[], Any], timeout: float = WAIT, interval: fl
         if value or time.monotonic() >= deadline:
             return value
         time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def alive(pid: int) -> bool:
