@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from corral.client.control import request
 from corral.client.errors import ControlFailed, Unreachable
 
 from .checker import Process
+from .ports import free_port
 from .proxy import Fault, Proxy
 from .schedule import Timings
 
@@ -35,12 +35,6 @@ HANDLERS = {
     "log": ["--handler", "log"],
     "exec": ["--handler", "exec", "--exec", "sleep 100000", "--stop-grace", "0.5"],
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -1,13 +1,16 @@
-"""The tests' own port picker (tests/e2e/procs.py): ports below the ephemeral range, which an
-outgoing connection never takes, each one bindable when handed out and none handed out
-twice in a run."""
+"""The port picker of the tests and the chaos harness (scripts/chaostools/ports.py): ports
+below the ephemeral range, which an outgoing connection never takes, each one bindable when
+handed out and none handed out twice in a run."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import sys
+from pathlib import Path
 
-from ..e2e import procs
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from chaostools import ports as procs
 
 
 def test_ports_come_from_below_the_ephemeral_range_and_differ() -> None:
