@@ -23,8 +23,9 @@ from corral.worker.runner import CallRunner
 from corral.worker.serving import Server, Service
 from corral.worker.state import Phase
 
+from ..e2e.procs import free_port
 from . import test_worker_support as support
-from .test_worker_support import WAIT, FakeSupervisor, free_port, wait_until
+from .test_worker_support import WAIT, FakeSupervisor, wait_until
 
 supervisor_fixture = support.supervisor_fixture
 workers_fixture = support.workers_fixture

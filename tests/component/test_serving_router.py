@@ -25,7 +25,7 @@ from corral.common.codec import decode, encode
 from corral.common.protocol import ControlReply, ControlRequest, Reply, Request
 from corral.common.weights import WeightConfig
 
-from .test_worker_support import free_port
+from ..e2e.procs import free_port
 
 Answer = Callable[[Request], Reply | None]  # None: never answer
 

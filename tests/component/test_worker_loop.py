@@ -20,8 +20,9 @@ from corral.worker.config import WorkerConfig
 from corral.worker.loop import WorkerLoop
 from corral.worker.runner import CallRunner
 
+from ..e2e.procs import free_port
 from . import test_worker_support as support
-from .test_worker_support import WAIT, FakeSupervisor, free_port, wait_until
+from .test_worker_support import WAIT, FakeSupervisor, wait_until
 
 E7 = make_token(7, 0)  # the token of a task given by a set of epoch 7 that names none
 
