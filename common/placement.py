@@ -179,21 +179,19 @@ class Placement:
     def add_uniform(self, tasks: Collection[str], cost: float) -> None:
         """`add_tasks` for tasks of one plain cost (no replicas or labels of their own): a
         million take C-level updates, not a loop. A task already known is left as it is."""
-        if not (isinstance(cost, float | int) and 0 < cost < math.inf):
-            raise ValueError(f"a task's cost must be a finite number > 0, got {cost!r}")
+        cost = _bulk_cost(cost)
         known = self.book.cost
         if not known.keys().isdisjoint(tasks):
             tasks = [t for t in tasks if t not in known]
-        bulk.add_uniform(self.book, dict.fromkeys(tasks), float(cost))
+        bulk.add_uniform(self.book, dict.fromkeys(tasks), cost)
 
     def fill(self, tasks: Collection[str], cost: float) -> Iterator[None]:
         """`add_uniform` into a placement with no task yet, in steps: iterate it (each step
         ~0.45 s at a million tasks); nothing changes before the last one (see `bulk.fill`)."""
-        if not (isinstance(cost, float | int) and 0 < cost < math.inf):
-            raise ValueError(f"a task's cost must be a finite number > 0, got {cost!r}")
+        cost = _bulk_cost(cost)
         if self.book.cost:
             raise ValueError("fill is for a placement with no task yet; use add_uniform")
-        return bulk.fill(self.book, tasks, float(cost))
+        return bulk.fill(self.book, tasks, cost)
 
     def upsert_tasks(self, tasks: Mapping[str, Shape]) -> Diff:
         """Add new tasks and change the shape of known ones in place (see `reshape`: a new
@@ -356,3 +354,10 @@ class Placement:
         steps = self.convergence.plan(self.book, tolerance, pinned)
         return [Move(s.task, s.source, s.target) for s in steps
                 if s.source is not None and s.target is not None]
+
+
+def _bulk_cost(cost: float) -> float:
+    """The one cost of a bulk of tasks, checked as `_shape` checks each task's."""
+    if not (isinstance(cost, float | int) and 0 < cost < math.inf):
+        raise ValueError(f"a task's cost must be a finite number > 0, got {cost!r}")
+    return float(cost)
