@@ -52,6 +52,16 @@ from .registry import Registry
 SLICE = 100_000
 
 
+def _one_plain_cost(entries: Mapping[str, TaskEntry]) -> float | None:
+    """The cost, if every entry is one shared plain entry (a list of bare ids shares one):
+    checked by identity, in C."""
+    first = next(iter(entries.values()), None)
+    shape = None if first is None else shape_of(first)
+    if type(shape) is float and all(map(is_, entries.values(), repeat(first))):
+        return shape
+    return None
+
+
 class Stage(Enum):
     TASKS = "tasks"
     WORKERS = "workers"
@@ -135,11 +145,9 @@ class Rebuild:
             return budget
         chunk = dict(islice(self._task_items, budget))
         if chunk:
-            p, first = self._assigner.placement, next(iter(chunk.values()))
-            shape = shape_of(first)
-            # A list of bare ids shares one entry: checked by identity in C, added in bulk.
-            if type(shape) is float and all(map(is_, chunk.values(), repeat(first))):
-                p.add_uniform(chunk, shape)
+            p, cost = self._assigner.placement, _one_plain_cost(chunk)
+            if cost is not None:  # bare ids: added in bulk
+                p.add_uniform(chunk, cost)
             else:
                 p.add_tasks({t: shape_of(e) for t, e in chunk.items()})
         if len(chunk) < budget:
@@ -150,12 +158,10 @@ class Rebuild:
         """A list of bare ids (one shared plain entry) into a placement with no task yet, as
         every rebuild starts: in a few big steps, not a chunk at a time (`Placement.fill`)."""
         entries, p = self._entries, self._assigner.placement
-        first = next(iter(entries.values()), None)
-        shape = None if first is None else shape_of(first)
-        if type(shape) is not float or p.view.tasks or \
-                not all(map(is_, entries.values(), repeat(first))):
+        cost = _one_plain_cost(entries)
+        if cost is None or p.view.tasks:
             return None
-        return p.fill(entries, shape)
+        return p.fill(entries, cost)
 
     def _read_workers(self, budget: int) -> int:
         """Each worker joins placement (no tasks yet, so no diff) and its running set becomes
