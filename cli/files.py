@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.cli.settings import parse_file
 from corral.common.errors import ConfigError
-from corral.common.settings import parse_file
 
 
 def read_file(path: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from corral.common.settings import Setting
+from corral.cli.settings import Setting
 
 
 def click_options(settings: Sequence[Setting]) -> Callable[[Any], Any]:

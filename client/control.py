@@ -30,9 +30,9 @@ from typing import Any
 
 import zmq
 
-from corral.common import codec
 from corral.common.errors import ConfigError, ProtocolError
-from corral.common.protocol import ERR_NOT_LEADER, ControlError, ControlReply, ControlRequest
+from corral.common.wire import codec
+from corral.common.wire.protocol import ERR_NOT_LEADER, ControlError, ControlReply, ControlRequest
 
 from .errors import ControlFailed, Unreachable
 

@@ -5,7 +5,7 @@ worker and the map version involved."""
 from __future__ import annotations
 
 from corral.common.errors import CorralError
-from corral.common.protocol import ControlError
+from corral.common.wire.protocol import ControlError
 
 
 class Unreachable(CorralError):

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from corral.common.backends import BackendEvent
 from corral.common.balancer import Balancer
-from corral.common.replicas import ReplicaChooser
-from corral.common.routemap import READY, WorkerEntry
-from corral.common.weights import LoadReport
+from corral.common.balancer.backends import BackendEvent
+from corral.common.balancer.replicas import ReplicaChooser
+from corral.common.balancer.weights import LoadReport
+from corral.common.wire.routemap import READY, WorkerEntry
 
 
 class Health:

@@ -15,7 +15,7 @@ from typing import Any
 
 import zmq
 
-from corral.common import codec
+from corral.common.wire import codec
 
 NOBLOCK = int(zmq.NOBLOCK)
 HWM = 1000

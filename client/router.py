@@ -17,9 +17,10 @@ thread: calls are synchronous, and a program that wants requests in parallel use
 per thread. The map comes from the supervisor's ``map`` verb, refreshed by version at the first
 call after ``refresh_interval`` and at once when a worker answers ``not_owner`` — the call is
 then retried once, elsewhere if the map allows. Owners of a task are picked by
-`corral.common.replicas.ReplicaChooser`; ``call_any`` by the balancer core's `Balancer` over
-this client's subset of the serving workers. Both take the policy (``rr``, ``llrr``, ``wrr``,
-``p2c``, …) and learn from every reply: its load report feeds weighted round robin, its
+`corral.common.balancer.replicas.ReplicaChooser`; ``call_any`` by the balancer core's
+`Balancer` over this client's subset of the serving workers. Both take the policy (``rr``,
+``llrr``, ``wrr``, ``p2c``, …) and learn from every reply: its load report feeds weighted round
+robin, its
 lame-duck flag stops new requests to that worker. A send that finds no live connection marks
 the worker *refusing* (tried again after ``refused_retry``) and goes elsewhere.
 
@@ -42,16 +43,16 @@ from typing import Any
 import zmq
 from zmq import zmq_poll
 
-from corral.common.backends import HealthConfig
 from corral.common.balancer import Balancer, BalancerConfig, NoBackendAvailable
-from corral.common.codec import decode_as, encode
+from corral.common.balancer.backends import HealthConfig
+from corral.common.balancer.replicas import ReplicaChooser
+from corral.common.balancer.subsetting import LOW_CHURN
+from corral.common.balancer.weights import LoadReport, WeightConfig
 from corral.common.errors import ConfigError, ProtocolError
-from corral.common.protocol import REPLY_ERROR, REPLY_OK, Reply, Request
-from corral.common.replicas import ReplicaChooser
-from corral.common.routemap import EMPTY, RouteMap, TaskRing, explain
-from corral.common.routemap import parse as parse_map
-from corral.common.subsetting import LOW_CHURN
-from corral.common.weights import LoadReport, WeightConfig
+from corral.common.wire.codec import decode_as, encode
+from corral.common.wire.protocol import REPLY_ERROR, REPLY_OK, Reply, Request
+from corral.common.wire.routemap import EMPTY, RouteMap
+from corral.common.wire.routemap import parse as parse_map
 
 from .control import ControlClient, CurveKeys
 from .errors import (
@@ -66,6 +67,7 @@ from .errors import (
 )
 from .health import Health
 from .peers import Peer, Peers
+from .routes import TaskRing, explain
 
 NOBLOCK = int(zmq.NOBLOCK)
 POLLIN = int(zmq.POLLIN)

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from corral.cli import logs
 from corral.client import ControlClient, CurveKeys
 from corral.client.control import DEFAULT_CONTROL, parse_endpoints
-from corral.common import logs
 from corral.common.errors import ConfigError
 
 from . import auth

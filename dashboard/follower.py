@@ -25,12 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from corral.cli import logs
 from corral.client import ControlClient, ControlFailed, Unreachable
-from corral.common import logs
 
 from . import history
 from .eventlog import EventLog
-from .fleet import Fleet
+from .roster import Roster
 from .stream import Hub
 
 MAX_DELTA_ROWS = 500  # more changed rows than this: browsers refetch their page instead
@@ -56,7 +56,7 @@ class Follower:
         self.client, self.hub, self.cfg = client, hub, cfg
         self._wall = wall
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="control")
-        self.fleet, self.log, self.history = Fleet(), EventLog(), history.History()
+        self.fleet, self.log, self.history = Roster(), EventLog(), history.History()
         self.status: dict[str, Any] | None = None
         self.conn: dict[str, Any] = {"ok": False, "endpoint": client.endpoint, "error": None,
                                      "since_ms": self.wall_ms(), "endpoints": client.endpoints}

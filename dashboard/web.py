@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from corral.cli import logs
 from corral.client import ControlFailed, Unreachable
-from corral.common import logs
 
 from . import auth, stream
 from .follower import Follower

@@ -14,8 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from corral.cli.usage import CONTEXT, OneLineErrors
-from corral.common.subsetting import ALGORITHMS, DEFAULT_LOT_SIZE
-from corral.sim.fleet import FleetConfig
+from corral.common.balancer.subsetting import ALGORITHMS, DEFAULT_LOT_SIZE
 from corral.sim.histogram import (
     PlotUnavailable,
     plot_bars,
@@ -25,6 +24,7 @@ from corral.sim.histogram import (
 )
 from corral.sim.policies_sim import POLICIES, PolicyResult, RunConfig, simulate_policies
 from corral.sim.subsetting_sim import SubsettingResult, simulate_subsetting, simulate_tradeoff
+from corral.sim.world import FleetConfig
 
 OUTPUT = click.option(
     "-o",

@@ -29,8 +29,8 @@ from collections import deque
 from dataclasses import dataclass, replace
 
 from corral.common.balancer import Balancer, BalancerConfig, NoBackendAvailable, Request
-from corral.common.weights import LoadReport, WeightConfig
-from corral.sim.fleet import Fleet, FleetConfig, build_fleet, cost_sampler
+from corral.common.balancer.weights import LoadReport, WeightConfig
+from corral.sim.world import Fleet, FleetConfig, build_fleet, cost_sampler
 
 POLICIES = ("rr", "llrr", "llrr-naive", "wrr", "p2c", "random")
 

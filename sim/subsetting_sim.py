@@ -4,7 +4,7 @@
 connections per backend — the chapter's figures 20-3 to 20-5. With ``resize_to`` it subsets
 again over B2 backends (added ones take the next names; removed ones are the last) and reports
 the churn: the fraction of client→backend connections that changed, next to the least any
-balanced algorithm must move (`corral.common.subsetting.ideal_churn`).
+balanced algorithm must move (`corral.common.balancer.subsetting.ideal_churn`).
 
 `simulate_tradeoff` measures what low churn costs in balance: for each algorithm (and stable
 subsetting with several numbers of arcs), the spread of connections per backend, and the
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corral.common.subsetting import (
+from corral.common.balancer.subsetting import (
     DEFAULT_LOT_SIZE,
     DETERMINISTIC,
     LOW_CHURN,

@@ -16,9 +16,9 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from corral.common.placement import Mode, Placement, TaskShape
-from corral.common.protocol import WorkerState
-from corral.common.tasklist import TaskEntry
-from corral.common.timerwheel import TimerWheel
+from corral.common.timers import TimerWheel
+from corral.common.wire.protocol import WorkerState
+from corral.common.wire.tasklist import TaskEntry
 
 from .changes import Changes
 from .config import SupervisorConfig

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from corral.common.diff import Diff
+from corral.common.placement import Diff
 
 
 class Changes:

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from corral.cli.files import read_file
+from corral.cli.logs import LEVELS
+from corral.cli.settings import Setting, at_least, positive, resolve
 from corral.common.errors import ConfigError
-from corral.common.logs import LEVELS
 from corral.common.placement import LEAST_UTILIZED, STRATEGIES
-from corral.common.settings import Setting, at_least, positive, resolve
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("bind", "endpoint", "tcp://0.0.0.0:7760", "where workers connect (ZeroMQ endpoint)"),

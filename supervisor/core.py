@@ -22,11 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.common.timerwheel import TimerWheel
+from corral.common.timers import TimerWheel
 
 from .assigner import INCLUDE, Assigner
 from .config import SupervisorConfig
-from .convergence import REBALANCE, Convergence
 from .counters import Counters
 from .dispatch import Dispatch
 from .events import (
@@ -48,14 +47,15 @@ from .events import (
     Tick,
 )
 from .feed import Feed
-from .ha import Role
 from .intake import Intake
 from .lifecycle import Lifecycle, Phase, RoleChange
 from .queries import Queries
+from .rebalancing import REBALANCE, Rebalancing
 from .rebuild import SLICE, Rebuild
 from .reconciler import Reconciler
 from .records import WorkerRecord
 from .registry import FORGET, Registry
+from .role import Role
 
 # Timer keys (a worker's timeout is the registry's own: `LazyTimers`).
 WARMUP = ("warmup",)
@@ -81,7 +81,7 @@ class SupervisorCore:
         self.reconciler = Reconciler(config, self.counters, self.assigner, self.life)
         self.dispatch = Dispatch(config, self.life, self.counters, self._out,
                                  self.assigner.desired, self.assigner.spec)
-        self.converge = Convergence(self.wheel, self.assigner, self.life, self.feed,
+        self.converge = Rebalancing(self.wheel, self.assigner, self.life, self.feed,
                                     config.report_interval)
         self.intake = Intake(config, self.counters, self.wheel, self.life, self.registry,
                              self.assigner, self.reconciler, self.dispatch, self.converge,

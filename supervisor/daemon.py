@@ -26,9 +26,10 @@ from typing import Any
 
 import zmq
 
-from corral.common import codec, logs
+from corral.cli import logs
 from corral.common.errors import ProtocolError
-from corral.common.protocol import (
+from corral.common.wire import codec
+from corral.common.wire.protocol import (
     ERR_BAD_REQUEST,
     ControlError,
     ControlReply,
@@ -58,8 +59,9 @@ from .events import (
     Stop,
     Tick,
 )
-from .ha import Election, Role, parse_endpoints
+from .ha import Election, parse_endpoints
 from .outbox import Outbox
+from .role import Role
 from .sources import Fetcher, TaskSource
 
 # pyzmq's flags and options are Enum members and its multipart helpers convert them on every

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from corral.common.protocol import Instructions, Renewal, make_token
+from corral.common.wire.protocol import Instructions, Renewal, make_token
 
 from .config import SupervisorConfig
 from .counters import Counters

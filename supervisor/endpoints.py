@@ -22,7 +22,7 @@ from typing import Any
 
 import zmq
 
-from corral.common import codec
+from corral.common.wire import codec
 
 from . import curve
 from .config import SupervisorConfig

@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from corral.common import logs
+from corral.cli import logs
 from corral.common.errors import ConfigError, TaskSourceError
-from corral.common.tasklist import MAX_TASKS, TaskEntry, parse_entry_json
+from corral.common.wire.tasklist import MAX_TASKS, TaskEntry, parse_entry_json
 
 from .etcdwatch import WatchStream, connect, read_range, unb64, why
 from .ha import parse_endpoints

@@ -13,10 +13,10 @@ from typing import Any
 
 import msgspec
 
-from corral.common.protocol import Instructions, Refusal, Renewal, Status, StatusGlance
-from corral.common.tasklist import TaskEntry
+from corral.common.wire.protocol import Instructions, Refusal, Renewal, Status, StatusGlance
+from corral.common.wire.tasklist import TaskEntry
 
-from .ha import Role
+from .role import Role
 
 
 class _Frozen(msgspec.Struct, frozen=True, gc=False):

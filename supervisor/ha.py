@@ -31,26 +31,15 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from corral.common.errors import ConfigError
 
+from .role import Role
+
 HA_EPOCH_BASE = 1 << 40
 MIN_TTL = 2.0  # etcd grants at least 2 s
-
-
-@dataclass(frozen=True)
-class Role:
-    """What the election decided. ``leader_until`` (monotonic) is when a leader must stop."""
-
-    leader: bool
-    epoch: int = 0
-    leader_until: float = 0.0
-    leader_info: dict[str, Any] | None = None
-    members: tuple[str, ...] = ()
-    error: str | None = None
 
 
 def parse_endpoints(spec: str) -> list[tuple[str, int]]:

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from corral.common.codec import decode_as, encoded
 from corral.common.errors import ProtocolError
-from corral.common.protocol import (
+from corral.common.timers import TimerWheel
+from corral.common.wire.codec import decode_as, encoded
+from corral.common.wire.protocol import (
     REFUSE_DUPLICATE_ID,
     REFUSE_UNAUTHORIZED,
     Refusal,
@@ -24,16 +25,15 @@ from corral.common.protocol import (
     WorkerState,
     token_epoch,
 )
-from corral.common.timerwheel import TimerWheel
 
 from .assigner import Assigner
 from .config import SupervisorConfig
-from .convergence import Convergence
 from .counters import Counters
 from .dispatch import Dispatch
 from .events import Action, Log, PersistEpoch, RawReport, Report, Send
 from .feed import Feed
 from .lifecycle import Lifecycle, Phase
+from .rebalancing import Rebalancing
 from .reconciler import Reconciler
 from .records import WorkerRecord
 from .registry import Outcome, Registry
@@ -46,7 +46,7 @@ _SAME_PROCESS = (Outcome.REVIVED, Outcome.CHANGED, Outcome.UNCHANGED)
 class Intake:
     def __init__(self, config: SupervisorConfig, counters: Counters, wheel: TimerWheel[Any],
                  life: Lifecycle, registry: Registry, assigner: Assigner,
-                 reconciler: Reconciler, dispatch: Dispatch, converge: Convergence,
+                 reconciler: Reconciler, dispatch: Dispatch, converge: Rebalancing,
                  feed: Feed, out: list[Action], flush: Callable[[float], list[Action]],
                  take_out: Callable[[], list[Action]],
                  end_warmup: Callable[[float], None]) -> None:

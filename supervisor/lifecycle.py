@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from enum import Enum, StrEnum
 
-from .ha import Role
+from .role import Role
 
 
 class Phase(StrEnum):

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import zmq
 
-from corral.common import codec
+from corral.common.wire import codec
 
 from .counters import IoCounters
 from .events import Send

@@ -14,10 +14,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from corral.common.routemap import MapVersions, RouteMap, WorkerEntry
+from corral.common.wire.routemap import MapVersions, RouteMap, WorkerEntry
 
-from .ha import Role
 from .records import WorkerRecord
+from .role import Role
 
 if TYPE_CHECKING:
     from .core import SupervisorCore

@@ -34,9 +34,9 @@ from enum import Enum
 from itertools import islice, repeat
 from operator import is_
 
-from corral.common.protocol import Status, WorkerState
-from corral.common.reconcile import resolve_claims
-from corral.common.tasklist import TaskEntry
+from corral.common.placement import resolve_claims
+from corral.common.wire.protocol import Status, WorkerState
+from corral.common.wire.tasklist import TaskEntry
 
 from .assigner import PLACED, Assigner, shape_of
 from .events import Log

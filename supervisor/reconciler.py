@@ -18,7 +18,7 @@ sent the whole fleet its set again.
 
 from __future__ import annotations
 
-from corral.common.reconcile import correction
+from corral.common.placement import correction
 
 from .assigner import Assigner
 from .config import SupervisorConfig

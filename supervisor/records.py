@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from corral.common.protocol import Status
+from corral.common.wire.protocol import Status
 
 
 class WorkerRecord:

@@ -21,9 +21,8 @@ from collections.abc import Iterator
 from enum import IntEnum
 from typing import Any
 
-from corral.common.lazytimers import LazyTimers
-from corral.common.protocol import Status
-from corral.common.timerwheel import TimerWheel
+from corral.common.timers import LazyTimers, TimerWheel
+from corral.common.wire.protocol import Status
 
 from .counters import Counters
 from .records import WorkerRecord

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from corral.common import logs
+from corral.cli import logs
 from corral.common.errors import ConfigError, TaskSourceError
-from corral.common.tasklist import TaskEntry, normalize, parse_json, parse_lines
+from corral.common.wire.tasklist import TaskEntry, normalize, parse_json, parse_lines
 
 from . import etcdsource
 from .events import TasksFetched

@@ -7,7 +7,7 @@ tasks_failing, balanced, …}; ``workers`` → {workers: [{id, state, active, ma
 utilization, last_report_age_s, zone, …}], next}; ``assignments`` → {version, assignments:
 {task: [worker, …]}, pending: [task, …], next}; ``tasks`` → {tasks: [{task, cost, owners,
 tokens, missing, pending_reason, failing_on}], next}; ``map`` → {version, epoch, workers: {id:
-{serve, state}}, tasks: {task: [worker, …]}} or nil (see `corral.common.routemap`);
+{serve, state}}, tasks: {task: [worker, …]}} or nil (see `corral.common.wire.routemap`);
 ``events`` → {events: [{seq, t, kind, …}], cursor, missed, now}.
 
 Lists are paged: at most ``limit`` rows (capped at `MAX_PAGE`), from the first id after
@@ -20,8 +20,9 @@ from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import Any, TypeVar
 
+from corral.common.wire.verbs import MAX_PAGE
+
 from .queries import Queries, WorkerView
-from .verbs import MAX_PAGE  # rows per answer (defined with the verbs, whose help says it)
 
 T = TypeVar("T")
 

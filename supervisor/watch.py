@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from corral.common.errors import TaskSourceError
-from corral.common.tasklist import TaskEntry, parse_text
+from corral.common.wire.tasklist import TaskEntry, parse_text
 
 from .sourcecounters import SourceCounters
 

@@ -15,7 +15,7 @@ set it claims to belong to (another ``parts``, ``reset`` or ``incarnation``, ``p
 and a set whose parts add up to more than `MAX_ENTRIES` tasks (memory stays bounded). The caller
 (`WorkerMachine`) has already dropped parts of sets not newer than the one it applied.
 
-    >>> from corral.common.protocol import Instructions
+    >>> from corral.common.wire.protocol import Instructions
     >>> def part(i, add):
     ...     return Instructions(epoch=1, seq=2, incarnation=9, lease=10.0, answers_seq=1,
     ...                         answers_sent_at=0.0, reset=True, add=add, part=i, parts=2)
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import msgspec
 
-from corral.common.protocol import Instructions
+from corral.common.wire.protocol import Instructions
 
 # The most tasks (adds + removes) one assembled set may hold, summed over its parts.
 MAX_ENTRIES = 1_000_000

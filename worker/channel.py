@@ -32,9 +32,9 @@ from collections.abc import Callable
 
 import zmq
 
-from corral.common.codec import MAX_FRAME_BYTES, decode, encode
 from corral.common.errors import ProtocolError
-from corral.common.protocol import Instructions, Refusal, Status
+from corral.common.wire.codec import MAX_FRAME_BYTES, decode, encode
+from corral.common.wire.protocol import Instructions, Refusal, Status
 
 SNDHWM = 8
 RECONNECT_IVL_MS = 100

@@ -9,9 +9,9 @@ from typing import Any
 
 import click
 
+from corral.cli import logs
 from corral.cli.options import click_options
 from corral.cli.usage import CONTEXT, OneLineErrors
-from corral.common import logs
 from corral.common.errors import ConfigError
 
 from . import config as worker_config

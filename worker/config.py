@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from corral.cli.files import read_file
-from corral.common.codec import MAX_ID_CHARS
+from corral.cli.logs import LEVELS
+from corral.cli.settings import KINDS, Setting, positive, resolve
 from corral.common.errors import ConfigError
-from corral.common.logs import LEVELS
-from corral.common.protocol import MAX_LABELS
-from corral.common.settings import KINDS, Setting, positive, resolve
+from corral.common.wire.codec import MAX_ID_CHARS
+from corral.common.wire.protocol import MAX_LABELS
 
 DEFAULT_MAX_LOAD = 10.0
 # Reports between changes only keep the lease: one every half of it, each answered by a renewal

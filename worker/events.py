@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral.common.protocol import Instructions, Refusal, Status
+from corral.common.wire.protocol import Instructions, Refusal, Status
 
 # -- events ------------------------------------------------------------------------------------
 

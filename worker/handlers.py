@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from corral.common import logs
+from corral.cli import logs
 from corral.common.errors import ConfigError
 
 

@@ -34,7 +34,7 @@ PROCESS = Path(__file__).with_name("keeperproc.py")
 CLOSE_WAIT = 6.0  # the keeper's own LAST_WAIT, and a little more
 
 
-class Keeper:
+class KeeperLink:
     def __init__(self, grace: float, stop_on_lapse: bool, journal: Path | None,
                  worker_id: str) -> None:
         self._args = [f"{grace:.6g}", "stop" if stop_on_lapse else "keep",

@@ -1,6 +1,6 @@
 """The lease keeper process: ends the agent's ``exec`` tasks when the agent cannot.
 
-Run by `corral.worker.keeper.Keeper` as ``python -I -S keeperproc.py FD GRACE POLICY JOURNAL
+Run by `corral.worker.keeper.KeeperLink` as ``python -I -S keeperproc.py FD GRACE POLICY JOURNAL
 WORKER`` — the standard library only (it imports nothing of corral, so it starts in a few
 milliseconds and stays under 10 MB). FD is its end of a ``SOCK_SEQPACKET`` socket pair with
 the agent; each record is one message:
@@ -61,7 +61,7 @@ class Group:
         self.kill_at: float | None = None  # when to SIGKILL it (after a SIGTERM for the lease)
 
 
-class Keeper:
+class LeaseKeeper:
     def __init__(self, fd: int, grace: float, stop_on_lapse: bool, journal: str,
                  worker: str) -> None:
         self.fd, self.grace, self.stop_on_lapse = fd, grace, stop_on_lapse
@@ -190,7 +190,7 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     os.set_blocking(int(fd), False)
-    keeper = Keeper(int(fd), float(grace), policy == "stop", journal if journal != "-" else "",
+    keeper = LeaseKeeper(int(fd), float(grace), policy == "stop", journal if journal != "-" else "",
                     worker)
     return keeper.run()
 

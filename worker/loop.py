@@ -33,7 +33,7 @@ from typing import Any
 
 import zmq
 
-from corral.common import logs
+from corral.cli import logs
 from corral.common.errors import ConfigError
 
 from . import events as ev

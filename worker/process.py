@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from .events import TaskFailed, TaskStopped
 from .handlers import SpecError, TaskContext
-from .keeper import Keeper
+from .keeper import KeeperLink
 
 # While a stopped leader is gone but members of its group linger, look again this often: their
 # exits send no SIGCHLD to the agent (they are not its children).
@@ -68,7 +68,7 @@ class ExecRunner:
     has_ready = False
 
     def __init__(self, template: str, stop_grace: float, worker_id: str,
-                 keeper: Keeper | None = None) -> None:
+                 keeper: KeeperLink | None = None) -> None:
         self._argv = shlex.split(template)
         self._grace = stop_grace
         self._env = {**os.environ, "CORRAL_WORKER": worker_id}

@@ -28,7 +28,7 @@ from .handlers import (
     parse_spec,
 )
 from .journal import Journal
-from .keeper import Keeper
+from .keeper import KeeperLink
 from .process import ExecRunner
 
 
@@ -52,7 +52,7 @@ class Runner(Protocol):
     def ready(self) -> bool: ...
 
     @property
-    def keeper(self) -> Keeper | None:
+    def keeper(self) -> KeeperLink | None:
         """The lease keeper the loop must start, feed and watch (``exec`` only)."""
 
     def tasks(self) -> list[str]:
@@ -77,7 +77,7 @@ class CallRunner:
         return self._ready is not None
 
     @property
-    def keeper(self) -> Keeper | None:
+    def keeper(self) -> KeeperLink | None:
         return None  # python handlers run in the agent: frozen with it (docs/worker.md)
 
     def start(self, ctx: TaskContext) -> None:
@@ -110,7 +110,7 @@ def build(cfg: WorkerConfig) -> Runner:
     if cfg.handler == "exec":
         if cfg.exec_template is None:
             raise ConfigError("exec", "--exec is required with --handler exec")
-        keeper = Keeper(cfg.stop_grace, cfg.on_lease_loss is LeaseLoss.STOP, cfg.journal,
+        keeper = KeeperLink(cfg.stop_grace, cfg.on_lease_loss is LeaseLoss.STOP, cfg.journal,
                         cfg.worker_id)
         return ExecRunner(cfg.exec_template, cfg.stop_grace, cfg.worker_id, keeper)
     if cfg.handler == "log":

@@ -32,10 +32,10 @@ from typing import Any
 import msgspec
 import zmq
 
-from corral.common import codec
+from corral.common.balancer.loadmeter import LoadMeter
 from corral.common.errors import ConfigError, ProtocolError
-from corral.common.loadmeter import LoadMeter
-from corral.common.protocol import (
+from corral.common.wire import codec
+from corral.common.wire.protocol import (
     REPLY_ERROR,
     REPLY_NOT_OWNER,
     REPLY_OK,

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from corral.common.protocol import Instructions, Refusal, Status, WorkerState, make_token
+from corral.common.wire.protocol import Instructions, Refusal, Status, WorkerState, make_token
 
 from . import events as ev
 from .assembly import Assembler

@@ -58,8 +58,8 @@ class _Worker:
 
 
 def _encode(w: _Worker) -> None:
-    from corral.common import codec
-    from corral.common.protocol import Status
+    from corral.common.wire import codec
+    from corral.common.wire.protocol import Status
 
     st = Status(w.id, w.inc, SEQ_MARK, 1.0, 20.0, dict(w.running),
                 applied=(EPOCH_MARK, APPLIED_MARK), lease_held=True)
@@ -138,9 +138,9 @@ def run(endpoint: str, index: int, first: int, count: int, interval: float,
         ep.register(fd, select.EPOLLIN)
         by_fd[fd] = s
         socks.append(s)
-    from corral.common import codec
     from corral.common.errors import ProtocolError
-    from corral.common.protocol import Instructions
+    from corral.common.wire import codec
+    from corral.common.wire.protocol import Instructions
 
     workers = [_Worker(worker_id(first + i), 1000 + first + i) for i in range(count)]
     for i, w in enumerate(workers):

@@ -26,9 +26,9 @@ import resource
 import time
 from typing import Any
 
-from corral.common.codec import encode, glance_status
-from corral.common.protocol import Instructions, Renewal, Status
-from corral.common.tasklist import TaskEntry
+from corral.common.wire.codec import encode, glance_status
+from corral.common.wire.protocol import Instructions, Renewal, Status
+from corral.common.wire.tasklist import TaskEntry
 from corral.supervisor.config import SupervisorConfig
 from corral.supervisor.core import SupervisorCore
 from corral.supervisor.events import (

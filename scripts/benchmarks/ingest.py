@@ -51,8 +51,8 @@ def free_port() -> int:
 
 
 def template(i: int, applied: tuple[int, int] = (0, 0)) -> bytearray:
-    from corral.common import codec
-    from corral.common.protocol import Status
+    from corral.common.wire import codec
+    from corral.common.wire.protocol import Status
 
     st = Status(f"worker-{i:05d}", 1000 + i, SEQ_BASE + 0x5A5A5A, 1.0, 10, {}, applied=applied)
     return bytearray(codec.encode(st))
@@ -85,7 +85,7 @@ def sender(
     s.setsockopt(zmq.LINGER, 0)
     s.setsockopt(zmq.SNDHWM, 10_000)
     s.connect(endpoint)
-    from corral.common import codec
+    from corral.common.wire import codec
 
     bufs, off = templates(first, count, applied)
     applied = dict(applied)

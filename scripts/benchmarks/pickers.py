@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from corral.common.balancer import Balancer, BalancerConfig
-from corral.common.pickers import make_picker
+from corral.common.balancer.pickers import make_picker
 
 PICKERS = ("rr", "llrr", "llrr-naive", "wrr", "p2c", "random")
 SIZES = (10, 100, 1000)

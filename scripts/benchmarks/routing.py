@@ -225,8 +225,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from corral.client import Router, RouterConfig
-    from corral.common import codec
-    from corral.common.protocol import Request
+    from corral.common.wire import codec
+    from corral.common.wire.protocol import Request
 
     raw_endpoints = [f"tcp://127.0.0.1:{free_port()}" for _ in DELAYS_MS]
     servers = [mp.get_context("spawn").Process(target=echo_server, args=(e,))

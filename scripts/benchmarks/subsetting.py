@@ -18,7 +18,13 @@ import json
 import time
 from typing import Any
 
-from corral.common.subsetting import ALGORITHMS, assign, churn, connection_counts, ideal_churn
+from corral.common.balancer.subsetting import (
+    ALGORITHMS,
+    assign,
+    churn,
+    connection_counts,
+    ideal_churn,
+)
 from corral.sim.subsetting_sim import simulate_repeated_resize
 
 CLIENTS = 300

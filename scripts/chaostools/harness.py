@@ -23,7 +23,7 @@ from typing import Any
 from corral.client.errors import ControlFailed, Unreachable
 
 from . import checker, schedule
-from .fleet import Fleet
+from .processes import Fleet
 from .proxy import Fault
 from .schedule import Step, Timings
 

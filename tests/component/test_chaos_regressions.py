@@ -1,5 +1,5 @@
 """Bugs the chaos harness (scripts/chaos) and the bad-input tests found, each pinned down with
-the pure supervisor core, model workers and a fake clock (tests/component/fleet.py)."""
+the pure supervisor core, model workers and a fake clock (tests/component/modelfleet.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from corral.supervisor import verbs
 
-from .fleet import Harness, ModelWorker, config
+from .modelfleet import Harness, ModelWorker, config
 
 TASKS = {f"t{i:02d}": 1.0 for i in range(12)}
 

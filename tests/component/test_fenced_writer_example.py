@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from corral.common.protocol import make_token
+from corral.common.wire.protocol import make_token
 
 from . import test_worker_support as support
 from .test_worker_support import WAIT, FakeSupervisor, Workers, wait_until

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from corral.common import logs
+from corral.cli import logs
 from corral.supervisor.ha import HA_EPOCH_BASE, Election, Role, parse_endpoints
 
 from ..e2e.procs import wait_until

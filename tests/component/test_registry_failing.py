@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.common.protocol import Status
-from corral.common.timerwheel import TimerWheel
+from corral.common.timers import TimerWheel
+from corral.common.wire.protocol import Status
 from corral.supervisor.counters import Counters
 from corral.supervisor.registry import Registry
 

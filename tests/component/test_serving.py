@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import zmq
 
-from corral.common.codec import decode, encode
 from corral.common.errors import ConfigError
-from corral.common.protocol import Reply, Request, Status
+from corral.common.wire.codec import decode, encode
+from corral.common.wire.protocol import Reply, Request, Status
 from corral.worker import config as worker_config
 from corral.worker.config import WorkerConfig
 from corral.worker.loop import WorkerLoop

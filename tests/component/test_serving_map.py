@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import msgspec
 
-from corral.common.protocol import Status
-from corral.common.routemap import parse
+from corral.common.wire.protocol import Status
+from corral.common.wire.routemap import parse
 from corral.supervisor import verbs
 
-from .fleet import Harness, ModelWorker, config
+from .modelfleet import Harness, ModelWorker, config
 
 TASKS = {f"t{i}": 1.0 for i in range(6)}
 

@@ -21,9 +21,9 @@ from corral.client.errors import (
     RemoteError,
     Unavailable,
 )
-from corral.common.codec import decode, encode
-from corral.common.protocol import ControlReply, ControlRequest, Reply, Request
-from corral.common.weights import WeightConfig
+from corral.common.balancer.weights import WeightConfig
+from corral.common.wire.codec import decode, encode
+from corral.common.wire.protocol import ControlReply, ControlRequest, Reply, Request
 
 from ..e2e.procs import free_port
 

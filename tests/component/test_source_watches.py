@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from corral.common.tasklist import TaskEntry
+from corral.common.wire.tasklist import TaskEntry
 from corral.supervisor.sources import TaskSource
 
 from ..e2e.procs import wait_until

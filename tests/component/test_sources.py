@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from corral.common.errors import ConfigError, TaskSourceError
-from corral.common.tasklist import TaskEntry
+from corral.common.wire.tasklist import TaskEntry
 from corral.supervisor.events import TasksFetched
 from corral.supervisor.sources import TaskSource
 

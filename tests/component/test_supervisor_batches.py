@@ -13,7 +13,7 @@ from corral.supervisor import verbs
 from corral.supervisor.events import BatchEnd, BatchStart, Report, Stalled
 from corral.supervisor.records import WorkerRecord
 
-from .fleet import Harness, ModelWorker, config
+from .modelfleet import Harness, ModelWorker, config
 
 
 def start(h: Harness, *workers: ModelWorker) -> None:
@@ -246,7 +246,7 @@ def test_renewals_in_a_batch_leave_at_its_end_in_order(seed: int) -> None:
     """Inside a batch a settled worker's report returns nothing and its renewal waits for
     `BatchEnd`, which returns every renewal due, in the order the reports came; outside a
     batch the renewal comes back at once."""
-    from corral.common.protocol import Renewal
+    from corral.common.wire.protocol import Renewal
     from corral.supervisor.events import RawReport, Send
 
     rng = random.Random(seed)
@@ -261,7 +261,7 @@ def test_renewals_in_a_batch_leave_at_its_end_in_order(seed: int) -> None:
     order = rng.sample(workers, len(workers))
 
     def raw(w: ModelWorker) -> RawReport:
-        from corral.common.codec import encode, glance_status
+        from corral.common.wire.codec import encode, glance_status
 
         frame = encode(w.force_report(h.now))
         return RawReport(w.identity, glance_status(frame), frame)

@@ -1,5 +1,5 @@
 """The supervisor state machine, stepped with a fake clock against workers driven by the real
-worker state machine (tests/component/fleet.py)."""
+worker state machine (tests/component/modelmodelfleet.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import msgspec
 import pytest
 
-from corral.common.codec import encode, glance_status
-from corral.common.protocol import (
+from corral.common.wire.codec import encode, glance_status
+from corral.common.wire.protocol import (
     PROTOCOL_VERSION,
     Instructions,
     Refusal,
@@ -23,7 +23,7 @@ from corral.supervisor.events import RawReport, Report
 from corral.supervisor.lifecycle import Phase
 from corral.supervisor.records import WorkerRecord
 
-from .fleet import Harness, ModelWorker, config
+from .modelfleet import Harness, ModelWorker, config
 
 TASKS = {f"t{i:02d}": 1.0 for i in range(12)}
 
@@ -418,7 +418,7 @@ def test_workers_and_tasks_page_and_filter() -> None:
 
 
 def test_a_worker_with_5000_tasks_gets_them_in_parts_and_runs_them_all() -> None:
-    from corral.common.tasklist import TaskEntry
+    from corral.common.wire.tasklist import TaskEntry
     from corral.supervisor.dispatch import PART_TASKS
 
     spec = json.dumps({"url": "rtsp://cam/" + "x" * 200}, separators=(",", ":"))
@@ -474,7 +474,7 @@ def test_a_settled_report_takes_the_fast_path_read_either_way() -> None:
     assert st.running == kept.running
     h.run(h.core.handle(Report(w.identity, st), h.now))
     assert rec.status is kept and rec.last_seq == st.seq, "the full report took the slow path"
-    h.report(w)  # a RawReport (fleet.py)
+    h.report(w)  # a RawReport (modelfleet.py)
     assert rec.status is kept and rec.last_seq > st.seq
 
 

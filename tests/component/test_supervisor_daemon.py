@@ -61,7 +61,7 @@ def test_sends_to_gone_peers_in_a_queue_are_counted_not_fatal(tmp_path: Path) ->
     # Found by scripts/chaos --seed 11: a send that found its peer gone stepped the core
     # (PeerGone), whose handling drained the rest of the send queue under the first loop's
     # feet; the daemon died of an IndexError.
-    from corral.common.protocol import Instructions
+    from corral.common.wire.protocol import Instructions
     from corral.supervisor.events import Send
 
     (tmp_path / "tasks.txt").write_text("a\n")
@@ -145,7 +145,7 @@ def test_a_burst_of_sets_leaves_max_sends_a_loop_turn_in_order(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Up to MAX_SENDS sets leave at once; a bigger burst queues whole and leaves MAX_SENDS a
     loop turn (the receive loop is never starved), and sets behind a queue wait their turn."""
-    from corral.common.protocol import Instructions
+    from corral.common.wire.protocol import Instructions
     from corral.supervisor import outbox as module
     from corral.supervisor.events import Send
 
@@ -216,8 +216,8 @@ def test_a_control_request_ends_the_coalescing_pause(tmp_path: Path) -> None:
     operator does not wait it out), and the next turn answers it."""
     import zmq
 
-    from corral.common import codec
-    from corral.common.protocol import ControlReply, ControlRequest
+    from corral.common.wire import codec
+    from corral.common.wire.protocol import ControlReply, ControlRequest
 
     (tmp_path / "tasks.txt").write_text("a\n")
     control = f"tcp://127.0.0.1:{free_port()}"

@@ -8,14 +8,14 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corral.common.protocol import Instructions, make_token
-from corral.common.tasklist import entry
+from corral.common.wire.protocol import Instructions, make_token
+from corral.common.wire.tasklist import entry
 from corral.supervisor import verbs
 from corral.supervisor.events import Continue, RoleChanged, TasksFetched
-from corral.supervisor.ha import Role
 from corral.supervisor.lifecycle import Phase
+from corral.supervisor.role import Role
 
-from .fleet import Harness, ModelWorker, config
+from .modelfleet import Harness, ModelWorker, config
 
 
 def rebuilt(h: Harness, dt: float = 0.5, limit: float = 200.0,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.common.protocol import WorkerState, make_token
+from corral.common.wire.protocol import WorkerState, make_token
 
 from . import test_worker_support as support
 from .test_worker_support import WAIT, WORKER, FakeSupervisor, Workers, journal, wait_until

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.common.protocol import make_token
+from corral.common.wire.protocol import make_token
 from corral.worker.events import TaskFailed, TaskStopped
 from corral.worker.handlers import TaskContext
 from corral.worker.process import ExecRunner

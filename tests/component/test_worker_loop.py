@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 import zmq
 
-from corral.common.protocol import WorkerState, make_token
+from corral.common.wire.protocol import WorkerState, make_token
 from corral.worker.channel import UNACKED_TIMEOUT_MS, Channel, routing_id
 from corral.worker.config import WorkerConfig
 from corral.worker.loop import WorkerLoop

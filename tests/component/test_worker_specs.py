@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from corral.common.protocol import Instructions, Status, make_token
+from corral.common.wire.protocol import Instructions, Status, make_token
 from corral.worker.config import WorkerConfig
 from corral.worker.handlers import TaskContext, start_arity
 from corral.worker.loop import WorkerLoop

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import zmq
 
-from corral.common.codec import decode, encode
-from corral.common.protocol import Instructions, Refusal, Status
+from corral.common.wire.codec import decode, encode
+from corral.common.wire.protocol import Instructions, Refusal, Status
 
 WORKER = str(Path(sys.executable).parent / "corral-worker")
 WAIT = 15.0  # generous: the VM is slow and noisy; a passing test never waits this long

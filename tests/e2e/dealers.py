@@ -14,8 +14,8 @@ from typing import Any
 
 import zmq
 
-from corral.common import codec
-from corral.common.protocol import Instructions, Refusal, Status, WorkerState, make_token
+from corral.common.wire import codec
+from corral.common.wire.protocol import Instructions, Refusal, Status, WorkerState, make_token
 
 
 @dataclass

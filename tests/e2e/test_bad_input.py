@@ -18,9 +18,9 @@ import msgpack
 import pytest
 import zmq
 
-from corral.common import codec
 from corral.common.errors import ProtocolError
-from corral.common.protocol import (
+from corral.common.wire import codec
+from corral.common.wire.protocol import (
     ControlRequest,
     Instructions,
     Refusal,

@@ -13,8 +13,8 @@ import pytest
 import zmq
 import zmq.auth
 
-from corral.common import codec
-from corral.common.protocol import Refusal, Status
+from corral.common.wire import codec
+from corral.common.wire.protocol import Refusal, Status
 
 from .procs import BIN, Procs, Supervisor, wait_until
 

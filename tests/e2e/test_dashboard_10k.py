@@ -35,8 +35,8 @@ def emulate(endpoint: str, first: int, count: int, stop: Any, silent_every: int)
     after 20 s (a few timeouts and moves to see)."""
     import zmq
 
-    from corral.common import codec
-    from corral.common.protocol import Instructions, Status
+    from corral.common.wire import codec
+    from corral.common.wire.protocol import Instructions, Status
 
     ctx = zmq.Context()
     # One connection per PER_SOCKET workers: the supervisor's queue to one connection holds

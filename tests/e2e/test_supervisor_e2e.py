@@ -14,8 +14,8 @@ import msgpack
 import pytest
 import zmq
 
-from corral.common import codec
-from corral.common.protocol import ControlRequest, WorkerState, token_epoch
+from corral.common.wire import codec
+from corral.common.wire.protocol import ControlRequest, WorkerState, token_epoch
 
 from .dealers import FakeWorker, Fleet
 from .procs import BIN, Procs, Supervisor, wait_until

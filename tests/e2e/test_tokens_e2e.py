@@ -11,7 +11,7 @@ import pytest
 
 from corral.client import ControlClient
 from corral.client.errors import ControlFailed, Unreachable
-from corral.common.protocol import token_epoch
+from corral.common.wire.protocol import token_epoch
 
 from ..etcd_server import Etcd
 from .fleetprocs import journal, running_now, start_worker

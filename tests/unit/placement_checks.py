@@ -1,9 +1,9 @@
 """What placement promises, checked by brute force through its public API only.
 
 These checkers do not share code with the placement modules: zone spread, degraded tasks and
-the balance criterion are computed here from scratch (see `common/placement.py` for the
-criterion and `common/zones.py` for spread), so a test using them checks the implementation
-against the written rules rather than against itself.
+the balance criterion are computed here from scratch (see `common/placement/placement.py` for
+the criterion and `common/placement/zones.py` for spread), so a test using them checks the
+implementation against the written rules rather than against itself.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Iterable
 
-from corral.common.diff import Move
 from corral.common.placement import Mode, Placement
+from corral.common.placement.diff import Move
 
 EPS = 1e-6
 

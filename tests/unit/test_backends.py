@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.common.backends import (
+from corral.common.balancer.backends import (
     TRANSITIONS,
     BackendEvent,
     BackendState,
     BackendTable,
     HealthConfig,
 )
-from corral.common.pickers import PICKERS, make_picker
+from corral.common.balancer.pickers import PICKERS, make_picker
 
 H, R, L = BackendState.HEALTHY, BackendState.REFUSING, BackendState.LAME_DUCK
 E = BackendEvent

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from corral.common.backends import BackendEvent, BackendState, HealthConfig
 from corral.common.balancer import Balancer, BalancerConfig, NoBackendAvailable
-from corral.common.subsetting import subset
-from corral.common.weights import LoadReport, WeightConfig
+from corral.common.balancer.backends import BackendEvent, BackendState, HealthConfig
+from corral.common.balancer.subsetting import subset
+from corral.common.balancer.weights import LoadReport, WeightConfig
 
 BACKENDS = [f"w{i:02d}" for i in range(12)]
 

@@ -12,11 +12,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.common.backends import BackendEvent, BackendState, HealthConfig
 from corral.common.balancer import Balancer, BalancerConfig, NoBackendAvailable, Request
-from corral.common.pickers import PICKERS
-from corral.common.subsetting import ALGORITHMS
-from corral.common.weights import LoadReport, WeightConfig
+from corral.common.balancer.backends import BackendEvent, BackendState, HealthConfig
+from corral.common.balancer.pickers import PICKERS
+from corral.common.balancer.subsetting import ALGORITHMS
+from corral.common.balancer.weights import LoadReport, WeightConfig
 
 NAMES = [f"w{i}" for i in range(8)]
 names = st.sampled_from(NAMES) | st.text(max_size=2)

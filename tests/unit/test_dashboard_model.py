@@ -11,13 +11,13 @@ import pytest
 from corral.common.errors import ConfigError
 from corral.dashboard import auth, cli
 from corral.dashboard.eventlog import EventLog
-from corral.dashboard.fleet import BINS, Fleet, row
 from corral.dashboard.history import History, sample
+from corral.dashboard.roster import BINS, Roster, row
 from corral.dashboard.stream import Hub
 
 
 def test_a_listing_is_a_delta_of_what_changed_and_what_left() -> None:
-    f = Fleet()
+    f = Roster()
     f.replace([row("a", 1), row("b", 2), row("c", 3)], wall_ms=10_000)
     d = f.replace([row("a", 1, age=0.7), row("b", 5)], wall_ms=12_000)
     assert [r["id"] for r in d.changed] == ["b"]  # a's report age alone is not a change
@@ -26,7 +26,7 @@ def test_a_listing_is_a_delta_of_what_changed_and_what_left() -> None:
 
 
 def test_feed_events_patch_rows_before_the_next_listing() -> None:
-    f = Fleet()
+    f = Roster()
     f.replace([row("a", 4), row("b", 4)], wall_ms=0)
     assert f.apply_event({"kind": "timeout", "worker": "a"}).changed[0]["state"] == "inactive"
     assert f.rows["a"]["running"] == 0 and not f.rows["a"]["active"]
@@ -40,7 +40,7 @@ def test_feed_events_patch_rows_before_the_next_listing() -> None:
 
 
 def test_summary_spread_and_histogram_count_only_workers_that_take_tasks() -> None:
-    f = Fleet()
+    f = Roster()
     drained = {**row("d", 0), "drained": True}
     f.replace([row("a", 2), row("b", 6), row("x", 9, state="inactive"), drained], wall_ms=0)
     s = f.summary()
@@ -48,11 +48,11 @@ def test_summary_spread_and_histogram_count_only_workers_that_take_tasks() -> No
     assert s["mean"] == 0.4 and s["spread_ratio"] == 1.5 and s["spread_diff"] == 0.4
     assert sum(s["histogram"]) == 2 and len(s["histogram"]) == BINS
     assert s["by_state"]["inactive"] == 1 and s["by_state"]["drained"] == 1
-    assert Fleet().summary()["spread_ratio"] == 1.0  # an empty fleet is not a division by 0
+    assert Roster().summary()["spread_ratio"] == 1.0  # an empty fleet is not a division by 0
 
 
 def test_pages_are_filtered_sorted_and_cut_on_the_server() -> None:
-    f = Fleet()
+    f = Roster()
     f.replace([row(f"w{i:05d}", i % 10, zone=f"eu-{i % 3}/rack-{i % 7}")
                for i in range(10_000)], wall_ms=0)
     p = f.page(sort="utilization", desc=True, zone="eu-1", offset=100, limit=50)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.common.diff import Diff
+from corral.common.placement.diff import Diff
 
 WORKERS = st.sampled_from(["w1", "w2", "w3", "ü 4"])
 TASKS = st.sampled_from(["a", "b", "c", "d", "e"])

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.common.hashring import MAX_POINTS, BoundedLoad, EmptyRing, HashRing
+from corral.common.balancer.hashring import MAX_POINTS, BoundedLoad, EmptyRing, HashRing
 
 KEYS = [f"task-{i}" for i in range(4000)]
 

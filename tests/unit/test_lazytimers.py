@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.common.lazytimers import LazyTimers
+from corral.common.timers import LazyTimers
 
 ops = st.lists(
     st.one_of(

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.common.pickers import PICKERS, LeastLoaded, make_picker
+from corral.common.balancer.pickers import PICKERS, LeastLoaded, make_picker
 
 
 @pytest.mark.parametrize("name", sorted(PICKERS))

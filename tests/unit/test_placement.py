@@ -12,8 +12,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.common import bulk
-from corral.common.diff import Diff
 from corral.common.placement import (
     LEAST_UTILIZED,
     PROPORTIONAL,
@@ -22,8 +20,9 @@ from corral.common.placement import (
     Mode,
     Placement,
     TaskShape,
+    bulk,
 )
-from corral.common.plan import WorkerSpec, plan
+from corral.common.placement.diff import Diff
 
 from .placement_checks import (
     EPS,
@@ -35,6 +34,7 @@ from .placement_checks import (
     converge,
     profile,
 )
+from .placement_plan import WorkerSpec, plan
 
 
 def check_invariants(p: Placement) -> None:

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.common import codec
 from corral.common.errors import ProtocolError
-from corral.common.protocol import (
+from corral.common.wire import codec
+from corral.common.wire.protocol import (
     PROTOCOL_VERSION,
     ControlError,
     ControlReply,
@@ -117,7 +117,7 @@ def test_every_message_round_trips(msg: Any) -> None:
 def test_a_status_glance_reads_every_status_as_it_is(msg: Status) -> None:
     """`StatusGlance` repeats `Status`'s fields (the supervisor's hot path reads reports with
     it); only the three maps differ, left as their msgpack bytes."""
-    from corral.common.protocol import StatusGlance
+    from corral.common.wire.protocol import StatusGlance
 
     assert StatusGlance.__struct_fields__ == Status.__struct_fields__
     g = codec.glance_status(codec.encode(msg))

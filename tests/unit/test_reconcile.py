@@ -7,8 +7,8 @@ import doctest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.common import reconcile
-from corral.common.reconcile import correction, resolve_claims
+from corral.common.placement import reconcile
+from corral.common.placement.reconcile import correction, resolve_claims
 
 task_sets = st.sets(st.sampled_from([f"t{i}" for i in range(12)]))
 

@@ -9,9 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.common import routemap
+from corral.client import routes
+from corral.client.routes import TaskRing, explain
 from corral.common.errors import ProtocolError
-from corral.common.routemap import MapVersions, RouteMap, TaskRing, WorkerEntry, explain, parse
+from corral.common.wire import routemap
+from corral.common.wire.routemap import MapVersions, RouteMap, WorkerEntry, parse
 
 RESULT: dict[str, Any] = {
     "version": 5,
@@ -114,7 +116,7 @@ def test_tiers_prefer_ready_owners_and_lose_none(tasks: dict[str, list[str]],
     m = parse(routemap.to_result(RouteMap(1, 0, workers, {t: tuple(o) for t, o in
                                                          tasks.items()})))
     for task, owners in m.tasks.items():
-        tiers = routemap.tiers(owners, m.workers)
+        tiers = routes.tiers(owners, m.workers)
         assert sorted(w for tier in tiers for w in tier) == sorted(owners)
         if any(m.workers[w].state == "ready" for w in owners):
             assert all(m.workers[w].state == "ready" for w in tiers[0])

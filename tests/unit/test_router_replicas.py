@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.common.backends import BackendEvent, BackendState, HealthConfig
-from corral.common.replicas import ReplicaChooser
-from corral.common.weights import LoadReport, WeightConfig
+from corral.common.balancer.backends import BackendEvent, BackendState, HealthConfig
+from corral.common.balancer.replicas import ReplicaChooser
+from corral.common.balancer.weights import LoadReport, WeightConfig
 
 
 def chooser(policy: str, max_active: int = 100, **weights: float) -> ReplicaChooser:

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.common import loadmeter
-from corral.common.loadmeter import LoadMeter
+from corral.common.balancer import loadmeter
+from corral.common.balancer.loadmeter import LoadMeter
 
 
 def test_doctests() -> None:

@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from corral.sim.cli import main
-from corral.sim.fleet import FleetConfig, build_fleet
 from corral.sim.histogram import text_histogram
 from corral.sim.policies_sim import POLICIES, RunConfig, simulate_policies
 from corral.sim.subsetting_sim import simulate_subsetting
+from corral.sim.world import FleetConfig, build_fleet
 
 SUBSETTING_KEYS = {"min", "mean", "max", "min_over_mean", "max_over_mean"}
 POLICY_KEYS = {

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from corral.common.subsetting import (
+from corral.common.balancer.subsetting import (
     ALGORITHMS,
     DETERMINISTIC,
     LOW_CHURN,

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.common import tasklist
 from corral.common.errors import TaskSourceError
-from corral.common.protocol import MAX_ID_CHARS, MAX_SPEC_BYTES
-from corral.common.tasklist import (
+from corral.common.wire import tasklist
+from corral.common.wire.protocol import MAX_ID_CHARS, MAX_SPEC_BYTES
+from corral.common.wire.tasklist import (
     PLAIN,
     TaskEntry,
     canonical_spec,

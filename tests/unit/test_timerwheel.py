@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.common.timerwheel import TimerKind, TimerWheel
+from corral.common.timers import TimerKind, TimerWheel
 
 
 def test_timeout_fires_at_first_tick_boundary_at_or_after_deadline() -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.common.weights import (
+from corral.common.balancer.weights import (
     MAX_SCORE,
     MIN_SCORE,
     LoadReport,

@@ -10,7 +10,7 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.common.protocol import Instructions, make_token
+from corral.common.wire.protocol import Instructions, make_token
 from corral.worker.assembly import MAX_ENTRIES, Assembler
 from corral.worker.events import (
     EXIT_KEEPER_LOST,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from corral.common.protocol import Instructions, Refusal, Status, WorkerState, make_token
+from corral.common.wire.protocol import Instructions, Refusal, Status, WorkerState, make_token
 from corral.worker.config import Backoff, LeaseLoss, WorkerConfig
 from corral.worker.events import (
     Action,

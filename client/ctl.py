@@ -1,5 +1,5 @@
 """`corralctl`: inspect and steer a running supervisor. Its commands come from the verb
-registry (supervisor/verbs.py); tables for people, ``-o json`` for scripts."""
+table (corral.common.wire.verbs); tables for people, ``-o json`` for scripts."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from corral.cli.usage import CONTEXT, OneLineErrors
 from corral.client.control import DEFAULT_CONTROL, ControlClient, CurveKeys
 from corral.client.errors import ControlFailed, Unreachable
 from corral.common.errors import ConfigError, ProtocolError
-
-from .verbs import VERBS, Verb
+from corral.common.wire.verbs import VERBS, Verb
 
 
 @click.group(cls=OneLineErrors, context_settings=CONTEXT)
@@ -192,10 +191,12 @@ def route(ctx: click.Context, task: str | None, key: str | None) -> None:
     only it knows."""
     if (task is None) == (key is None):
         raise click.UsageError("give a TASK or --key KEY (one of them)")
-    from corral.common import routemap  # only this command reads a map (and its hash ring)
+    from corral.common.wire import routemap  # only this command reads a map (and its ring)
+
+    from .routes import explain
 
     try:
-        result = routemap.explain(routemap.parse(_call(ctx, "map", {})), task=task, key=key)
+        result = explain(routemap.parse(_call(ctx, "map", {})), task=task, key=key)
     except (LookupError, ProtocolError) as exc:
         click.echo(f"corralctl: {exc.args[0] if exc.args else exc}", err=True)
         sys.exit(1)

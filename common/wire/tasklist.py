@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .errors import TaskSourceError
+from ..errors import TaskSourceError
 from .protocol import MAX_ID_CHARS, MAX_LABELS, MAX_NUMBER, MAX_SPEC_BYTES
 
 MAX_TASKS = 1_000_000

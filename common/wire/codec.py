@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from .errors import ProtocolError
+from ..errors import ProtocolError
 from .protocol import (
     KINDS,
     MAX_FRAME_BYTES,

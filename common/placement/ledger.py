@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from .diff import Diff
-from .journal import Snapshot
+from .dryrun import Snapshot
 from .openindex import OpenIndex
 from .shapes import NO_LABELS, Labels, describe
 from .strategies import EPS, Got, Owners, WaterLevel

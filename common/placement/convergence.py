@@ -1,5 +1,5 @@
-"""Convergence: the changes from here to the balanced fixed point, planned once, handed out in
-budgeted passes.
+"""The convergence plan: the changes from here to the balanced fixed point, planned once,
+handed out in budgeted passes.
 
 A pass that finds the placement changed since its plan was made (any event: a join, a leave,
 a capacity or mode change, a task-list change, a rebuild, a drain, an exclusion) plans again:
@@ -44,7 +44,7 @@ from collections import Counter
 from collections.abc import Container
 from dataclasses import dataclass
 
-from . import coverage, journal
+from . import coverage, dryrun
 from .diff import Diff, Move
 from .ledger import Ledger
 from .pending import placeable
@@ -65,7 +65,7 @@ class Step:
 PLAN_AHEAD = 500  # moves one plan looks ahead: bounds the time a pass may spend planning
 
 
-class Convergence:
+class ConvergencePlan:
     """The planned steps not yet handed out, the state they were planned for, and the
     replicas moved since the placement was last balanced."""
 
@@ -164,7 +164,7 @@ def dry_run(book: Ledger, tolerance: float, pinned: Container[str], strategy: st
     replicas where they are if it can; then put everything back."""
     out = Dry()
     when = out.when
-    snap = journal.begin(book)
+    snap = dryrun.begin(book)
     try:
         left = limit
         while True:  # every round places or moves something, or it is the last
@@ -187,7 +187,7 @@ def dry_run(book: Ledger, tolerance: float, pinned: Container[str], strategy: st
                 out.unfrozen = True  # the fixed point needs an arrived replica to move on
         out.after = {t: book.owners[t] for t in snap.owners}
     finally:
-        journal.rollback(book)
+        dryrun.rollback(book)
     out.before = dict(snap.owners)
     return out
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError
+from corral.common.errors import ConfigError
 
 # kind -> (parse from text, check a value of the right type) ; each returns the clean value or
 # raises ValueError with the reason.

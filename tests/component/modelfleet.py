@@ -17,9 +17,9 @@ from typing import Any
 
 import msgspec
 
-from corral.common.codec import decode, encode, glance_status
-from corral.common.protocol import Instructions, Refusal, Status, make_token
-from corral.common.tasklist import TaskEntry
+from corral.common.wire.codec import decode, encode, glance_status
+from corral.common.wire.protocol import Instructions, Refusal, Status, make_token
+from corral.common.wire.tasklist import TaskEntry
 from corral.supervisor.config import SupervisorConfig
 from corral.supervisor.core import SupervisorCore
 from corral.supervisor.events import (

@@ -1,7 +1,8 @@
-"""One-shot placement: from a fleet, a task list and who runs what now, to the new assignment.
+"""One-shot placement, for tests: from a fleet, a task list and who runs what now, to the
+new assignment.
 
-A thin wrapper around `Placement` for callers (and tests) that have the whole picture at once
-rather than a stream of events. Existing placements are kept; tasks no longer listed are
+A thin wrapper around `Placement` for a caller that has the whole picture at once rather
+than a stream of events. Existing placements are kept; tasks no longer listed are
 removed; missing replicas are placed.
 """
 
@@ -10,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .diff import Diff, WorkerDiff
-from .placement import LEAST_UTILIZED, Mode, Placement, TaskShape
+from corral.common.placement import LEAST_UTILIZED, Diff, Mode, Placement, TaskShape, WorkerDiff
 
 
 @dataclass(frozen=True)

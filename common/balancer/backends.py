@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from corral.common.pickers import Picker
+from .pickers import Picker
 
 
 class BackendState(StrEnum):

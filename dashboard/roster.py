@@ -6,7 +6,7 @@ events patch rows at once (a ``timeout`` marks its worker inactive without waiti
 listing). Rows are compared without their report age, which moves with every listing: a delta
 holds only rows whose state, load, zone or serving figures changed. Pure: no I/O, no clock.
 
-    >>> f = Fleet()
+    >>> f = Roster()
     >>> d = f.replace([row("a", running=2), row("b", running=4)], wall_ms=1000.0)
     >>> sorted(r["id"] for r in d.changed), d.removed
     (['a', 'b'], [])
@@ -59,7 +59,7 @@ class Delta:
         return bool(self.changed or self.removed)
 
 
-class Fleet:
+class Roster:
     def __init__(self) -> None:
         self.rows: dict[str, dict[str, Any]] = {}
         self.listed = False  # a complete listing has been seen

@@ -49,16 +49,16 @@ import math
 from collections.abc import Collection, Container, Iterable, Iterator, Mapping
 
 from . import bulk, coverage, rebalance, shapes
-from .convergence import Convergence
+from .convergence import ConvergencePlan
 from .coverage import LEAST_UTILIZED, PROPORTIONAL, STRATEGIES
 from .diff import Diff, Move, WorkerDiff
 from .ledger import Ledger
 from .modes import Mode
-from .placement_view import PlacementView
 from .reshape import reshape
 from .shapes import NO_LABELS, Labels, TaskShape, describe
 from .strategies import EPS
 from .verdicts import Assigned, Outlook
+from .view import PlacementView
 from .zones import Topology, zone_path
 
 __all__ = ["LEAST_UTILIZED", "PROPORTIONAL", "STRATEGIES", "Assigned", "Mode", "Outlook",
@@ -87,7 +87,7 @@ class Placement:
             raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
         self.strategy = strategy
         self.book = Ledger(replicas)  # the state; placement modules read it directly
-        self.convergence = Convergence(strategy)  # the plan of the current convergence
+        self.convergence = ConvergencePlan(strategy)  # the plan of the current convergence
         self._balanced: tuple[int, float, bool] | None = None
         self.view = PlacementView(self.book)  # what it says about its workers and tasks
 

@@ -1,5 +1,5 @@
 """The state every picker keeps per slot, and the notifications that change it: the base
-class of the pickers in `corral.common.pickers` (which describes them all).
+class of the pickers in `corral.common.balancer.pickers` (which describes them all).
 """
 
 from __future__ import annotations

@@ -23,11 +23,11 @@ unless an ``rng`` is passed in.
 
 Whatever it is given — backend lists with duplicates or none at all, any load report, any
 time — `acquire` returns a backend of the subset that may take the request (see
-`corral.common.backends`) or raises `NoBackendAvailable`, nothing else. Duplicate backend
+`corral.common.balancer.backends`) or raises `NoBackendAvailable`, nothing else. Duplicate backend
 names count once (``counters["duplicate_backends"]``); a time that is not a finite number, or
 earlier than the latest one seen, is replaced by the latest one (``counters["bad_times"]`` for
 the former), so a bad clock reading cannot stall the weights or the error window; bad load
-reports are the weight tracker's to judge (`corral.common.weights`).
+reports are the weight tracker's to judge (`corral.common.balancer.weights`).
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from corral.common.backends import BackendEvent, BackendState, BackendTable, HealthConfig
-from corral.common.errors import CorralError
-from corral.common.pickers import PICKERS, make_picker
-from corral.common.subsetting import ALGORITHMS, DEFAULT_LOT_SIZE, LOW_CHURN, subset
-from corral.common.weights import LoadReport, WeightConfig, WeightTracker
+from ..errors import CorralError
+from .backends import BackendEvent, BackendState, BackendTable, HealthConfig
+from .pickers import PICKERS, make_picker
+from .subsetting import ALGORITHMS, DEFAULT_LOT_SIZE, LOW_CHURN, subset
+from .weights import LoadReport, WeightConfig, WeightTracker
 
 # Below any real time, so that the first one passes `_now <= now`; NaN and -inf fail it.
 _NO_TIME = -1e308

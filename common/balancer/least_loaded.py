@@ -1,7 +1,7 @@
 """Least-loaded round robin (SRE book, chapter 20): among the eligible backends with the
 fewest requests in flight, take turns. ``llrr`` counts recent errors as requests in flight, so
 that a backend that fails fast does not look idle and draw all the traffic (``llrr-naive``
-does not, to show that pitfall). Registered in `corral.common.pickers`.
+does not, to show that pitfall). Registered in `corral.common.balancer.pickers`.
 
     >>> import random
     >>> p = LeastLoaded(3, random.Random(0))

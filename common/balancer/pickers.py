@@ -1,7 +1,7 @@
 """Pickers: which backend of the subset gets the next request (SRE book, chapter 20).
 
 A picker works on *slots* 0..n-1 (positions in the client's subset) and keeps, per slot, the
-numbers its owner (`corral.common.backends.BackendTable`) feeds it:
+numbers its owner (`corral.common.balancer.backends.BackendTable`) feeds it:
 
 * ``eligible[i]`` — may get new requests (health, flow control and panic decided by the owner);
 * ``active[i]`` — requests this client has in flight there (`pick` adds one, `release` ends one);
@@ -27,8 +27,8 @@ eligibility checks while every slot is eligible; ``llrr`` keeps its slots in que
 ``random``     a uniformly random eligible slot.
 =============  ==========================================================================
 
-`Picker` (in `corral.common.picker`) is the state they all keep; ``llrr`` and ``llrr-naive``
-live in `corral.common.least_loaded`. Example::
+`Picker` (in `corral.common.balancer.picker`) is the state they all keep; ``llrr`` and
+``llrr-naive`` live in `corral.common.balancer.least_loaded`. Example::
 
     >>> import random
     >>> p = make_picker("rr", 3, random.Random(0))

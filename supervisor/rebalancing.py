@@ -1,4 +1,4 @@
-"""Convergence: after anything that can unbalance the placement, rebalance passes follow — one
+"""Rebalancing: after anything that can unbalance the placement, rebalance passes follow — one
 per report interval, each at most the move budget, make-before-break — until one finds the
 balance criterion met.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.common.timerwheel import TimerWheel
+from corral.common.timers import TimerWheel
 
 from .assigner import Assigner
 from .feed import Feed
@@ -26,7 +26,7 @@ from .lifecycle import Lifecycle
 REBALANCE = ("rebalance",)  # its timer key
 
 
-class Convergence:
+class Rebalancing:
     def __init__(self, wheel: TimerWheel[Any], assigner: Assigner, life: Lifecycle, feed: Feed,
                  interval: float) -> None:
         self._wheel = wheel

@@ -30,7 +30,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from corral.common.subsetting import ALGORITHMS, DETERMINISTIC
+from corral.common.balancer.subsetting import ALGORITHMS, DETERMINISTIC
 
 PLATFORM_SPEEDS = (1.0, 1.25, 1.5)
 
