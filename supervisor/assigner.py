@@ -1,66 +1,52 @@
-"""The assigner: placement and hand-offs in, one diff per event out.
+"""The assigner: placement and hand-offs in, the changes of the desired assignment out.
 
-It owns the desired assignment (`Placement`), the make-before-break hand-offs in flight, the
-task list with its specs, and the one answer to "what should this worker run" (`desired`:
-what placement gives it, plus what it still runs for a hand-off). Every change made while the
-core handles one event gathers in ``changes`` (`Changes`: one `Diff`, and the workers that get
-their whole set as a reset); the core takes them at the event's end and the dispatcher turns
-them into instruction sets, at most one per worker per event.
-
-Moves and their reasons go to the change feed; nothing here does I/O or reads a clock.
+It owns the desired assignment (`Placement`) and the make-before-break hand-offs in flight,
+and answers "what should this worker run" (`desired`: what placement gives it, plus what it
+still runs for a hand-off). Every change it makes while the core handles one event gathers in
+the effects' `Changes` (one diff, and the workers that get their whole set as a reset); the
+core turns them into instruction sets at the event's end, at most one per worker per event.
+Moves and their reasons go to the change feed. The task list is the `TaskBook`'s; failing
+tasks are `Failures`'; pacing rebalance passes is `Rebalancing`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
 
-from corral.common.placement import Mode, Placement, TaskShape
-from corral.common.timers import TimerWheel
+from corral.common.placement import Mode, Placement, PlacementView
 from corral.common.wire.protocol import WorkerState
 from corral.common.wire.tasklist import TaskEntry
 
-from .changes import Changes
 from .config import SupervisorConfig
 from .counters import Counters
-from .events import Action, Log
+from .effects import Effects
 from .feed import Feed
 from .handoffs import Handoffs
 from .records import WorkerRecord
-
-INCLUDE = "include"  # timer key tag: a task may go back to a worker it kept failing on
-
-
-def shape_of(entry: TaskEntry) -> float | TaskShape:
-    """What placement needs of a task entry (its spec is the worker's business): the bare
-    cost for a plain task — a `TaskShape` validates, which at a million tasks costs seconds
-    the supervisor spends deaf to its workers."""
-    if entry.replicas is None and not entry.require:
-        return entry.cost
-    return TaskShape(entry.cost, entry.replicas, entry.require)
+from .taskbook import TaskBook, shape_of
 
 PLACED = "placed"  # the reason of a first placement (not a move)
-_EMPTY: dict[str, None] = {}
 
 
 class Assigner:
-    def __init__(self, config: SupervisorConfig, wheel: TimerWheel[Any], counters: Counters,
-                 feed: Feed, out: list[Action]) -> None:
+    def __init__(self, config: SupervisorConfig, counters: Counters, feed: Feed,
+                 effects: Effects, book: TaskBook) -> None:
         self.config = config
         self.placement = Placement(config.replicas, config.strategy)
         self.handoffs = Handoffs()
-        self.entries: dict[str, TaskEntry] = {}  # the current task list
-        self.listed = False  # a task list has been applied since this assigner was made
-        self.task_generation = 0  # moves when tasks are added or removed
-        self._wheel = wheel
+        self.book = book
         self._counters = counters
         self._feed = feed
-        self._out = out
-        self.changes = Changes()  # what the current event changes (one for the assigner's life)
+        self._changes = effects.changes  # one for the effects' life
         self._deferring = False  # inside a batch of reports (see `defer`)
         self._place_due = False  # an arrival in this batch asked for a placement
 
-    # -- the one answer to "what should it run" ------------------------------------------------
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def view(self) -> PlacementView:
+        """The placement, read-only (loads, owners, pending replicas and why)."""
+        return self.placement.view
 
     def desired(self, worker: str) -> Mapping[str, None]:
         """What ``worker`` should run: its placement, plus the tasks it keeps running until a
@@ -69,17 +55,21 @@ class Assigner:
         releasing = self.handoffs.releasing(worker)
         return {**mine, **releasing} if releasing else mine
 
-    def spec(self, task: str) -> str | None:
-        entry = self.entries.get(task)
-        return entry.spec if entry is not None else None
+    def owns(self, worker: str, task: str) -> bool:
+        return worker in self.placement.view.owners(task)
+
+    def holds(self, worker: str) -> bool:
+        """Does placement give ``worker`` any task?"""
+        return bool(self.placement.view.tasks_of(worker))
 
     def clear(self) -> None:
         """Forget the assignment (demoted: the next leader decides)."""
         self.placement = Placement(self.config.replicas, self.config.strategy)
         self.handoffs = Handoffs()
-        self.entries, self.listed = {}, False
-        self.task_generation += 1
-        self.changes.take()  # and what this event changed is not sent
+        self.book.clear()
+        self._changes.take()  # and what this event changed is not sent
+
+    # -- batches -------------------------------------------------------------------------------
 
     def defer(self) -> None:
         """A batch of reports starts: arrivals' placement waits for `place_deferred`."""
@@ -132,9 +122,8 @@ class Assigner:
         if view.has_worker(rec.id) and (view.zone(rec.id) != st.zone
                                         or view.labels(rec.id) != dict(st.labels)):
             self.gone([rec.id])
-        self.changes.diff.merge(p.upsert_worker(rec.id, st.max_load, self.mode(rec),
-                                                zone=st.zone, labels=st.labels))
-        rec.desired = view.tasks_of(rec.id)
+        self._changes.diff.merge(p.upsert_worker(rec.id, st.max_load, self.mode(rec),
+                                                 zone=st.zone, labels=st.labels))
 
     def admit(self, rec: WorkerRecord, now: float) -> None:
         """A worker joins (or comes back) while running: adopt what it runs that is short of
@@ -147,7 +136,7 @@ class Assigner:
         self._place_soon()
         if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
             self.drain(rec, now)
-        self.changes.reset(rec.id)
+        self._changes.reset(rec.id)
 
     def update_mode(self, rec: WorkerRecord, now: float) -> None:
         """Its state, max load or drained flag changed."""
@@ -169,7 +158,7 @@ class Assigner:
             self.placement.remove_worker(worker)
         self.place("worker gone", source=workers[0] if len(workers) == 1 else None)
         for worker in workers:
-            self.changes.diff.workers.pop(worker, None)
+            self._changes.diff.workers.pop(worker, None)
         return had
 
     def drain(self, rec: WorkerRecord, now: float) -> None:
@@ -192,7 +181,7 @@ class Assigner:
             return
         moved = diff.moved()
         self._counters.tasks_moved += moved
-        self.changes.diff.merge(diff)
+        self._changes.diff.merge(diff)
         if reason == PLACED:
             self._feed.add("placed", replicas=moved)
         elif self._feed.enabled:
@@ -202,14 +191,17 @@ class Assigner:
                     self._feed.add("move", task=task, to=w, source=source, reason=reason,
                                    cost=cost.get(task))
 
-    # -- task lists ----------------------------------------------------------------------------
+    def exclude(self, task: str, worker: str) -> None:
+        """``task`` keeps failing on ``worker``: off it (placed elsewhere by the next `place`)."""
+        self.placement.exclude(task, worker)
+        self._changes.diff.remove(worker, task)
 
-    def start_list(self, tasks: Mapping[str, TaskEntry]) -> None:
-        """The first task list after the warm-up becomes the current one (`Rebuild` adds its
-        tasks to placement, a slice at a time)."""
-        self.entries = dict(tasks)
-        self.listed = True
-        self.task_generation += 1
+    def include(self, task: str, worker: str) -> None:
+        """A failure cool-down ended: the task may go back to that worker."""
+        self.placement.include(task, worker)
+        self.place(PLACED)
+
+    # -- task lists ----------------------------------------------------------------------------
 
     def join_placement(self, rec: WorkerRecord) -> None:
         """A worker joins placement during a rebuild: its capacity, mode, failure domain and
@@ -217,41 +209,31 @@ class Assigner:
         shed = self.placement.upsert_worker(rec.id, rec.status.max_load, self.mode(rec),
                                             zone=rec.status.zone, labels=rec.status.labels)
         assert not shed, "a worker new to placement had tasks to shed"
-        rec.desired = self.placement.view.tasks_of(rec.id)
-
-    def log(self, line: Log) -> None:
-        self._out.append(line)
 
     def apply(self, tasks: Mapping[str, TaskEntry]) -> tuple[int, int, int]:
         """A new task list while running: (added, removed, respecified)."""
-        p, old = self.placement, self.entries
-        removed = [t for t in p.view.tasks if t not in tasks]
-        added = {t: e for t, e in tasks.items() if t not in old}
-        changed = [t for t, e in tasks.items() if t in old and old[t].spec != e.spec]
-        reshaped = {t: shape_of(e) for t, e in tasks.items()
-                    if t in old and shape_of(old[t]) != shape_of(e)}
-        self.entries = dict(tasks)
-        if removed or added:
-            self.task_generation += 1
-        if removed:
-            self.changes.diff.merge(p.remove_tasks(removed))
-            for task in removed:
+        p, changes = self.placement, self._changes
+        change = self.book.compare(tasks)
+        if change.removed:
+            changes.diff.merge(p.remove_tasks(change.removed))
+            for task in change.removed:
                 source = self.handoffs.release(task)
                 if source is not None:
-                    self.changes.diff.remove(source, task)
-        for task in changed:  # a new version: its owners restart it with the new spec
-            self.changes.respec[task] = None
+                    changes.diff.remove(source, task)
+        for task in change.respecified:  # a new version: its owners restart it with it
+            changes.respec[task] = None
             for w in p.view.owners(task):
-                self.changes.diff.add(w, task)
+                changes.diff.add(w, task)
             self._feed.add("respec", task=task)
-        self._counters.spec_changes += len(changed)
-        if reshaped:  # cost, replicas or required labels: surplus or misfit replicas stop
-            self.changes.diff.merge(p.upsert_tasks(reshaped))
-        if added:
-            p.add_tasks({t: shape_of(e) for t, e in added.items()})
-        if added or reshaped:
+        self._counters.spec_changes += len(change.respecified)
+        if change.reshaped:  # cost, replicas or required labels: surplus or misfit stop
+            changes.diff.merge(p.upsert_tasks(change.reshaped))
+        if change.added:
+            p.add_tasks({t: shape_of(e) for t, e in change.added.items()})
+        if change.added or change.reshaped:
             self.place(PLACED)
-        return len(added), len(removed), len(changed) + len(reshaped)
+        return (len(change.added), len(change.removed),
+                len(change.respecified) + len(change.reshaped))
 
     # -- reports -------------------------------------------------------------------------------
 
@@ -268,32 +250,10 @@ class Assigner:
             old = self.handoffs.release(task)
             ended += 1
             if old is not None and old != rec.id and old not in owners(task):
-                self.changes.diff.remove(old, task)
+                self._changes.diff.remove(old, task)
                 self.handoffs.stopping(old, (task,))  # now: a drain in this event must wait
                 self._feed.add("handoff", task=task, source=old, to=rec.id)
         return ended
-
-    def check_failures(self, rec: WorkerRecord, now: float) -> None:
-        """A task failing --max-failures times in a row on a worker moves elsewhere and stays
-        off that worker for --failure-cooldown."""
-        moved = False
-        for task, n in rec.status.failures.items():
-            if n >= self.config.max_failures and rec.id in self.placement.view.owners(task):
-                self.placement.exclude(task, rec.id)
-                self.changes.diff.remove(rec.id, task)
-                self._wheel.schedule_timeout((INCLUDE, task, rec.id),
-                                             now + self.config.failure_cooldown)
-                self._counters.failures_moved += 1
-                self._out.append(Log("warning", "task keeps failing; moving it",
-                                     {"task": task, "worker": rec.id, "failures": n}))
-                moved = True
-        if moved:
-            self.place("failing", source=rec.id)
-
-    def include(self, task: str, worker: str) -> None:
-        """A failure cool-down ended: the task may go back to that worker."""
-        self.placement.include(task, worker)
-        self.place(PLACED)
 
     def adopt(self, rec: WorkerRecord, task: str) -> bool:
         """``rec`` runs ``task`` although not told to: keep it if the task is short of a
@@ -321,7 +281,7 @@ class Assigner:
             diff.workers[m.source].remove.pop(m.task, None)  # the old owner stops it later
             self._feed.add("move", task=m.task, to=m.target, source=m.source,
                            reason="rebalance", cost=cost.get(m.task))
-        self.changes.diff.merge(diff)
+        self._changes.diff.merge(diff)
         self._counters.tasks_moved += diff.moved()
         self._counters.rebalance_moves += len(moves)
         return len(moves), p.is_balanced(tol, handoffs.pinned)

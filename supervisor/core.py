@@ -11,11 +11,16 @@ The core is a composition of parts with one job each, wired here and nowhere els
 
 * `Lifecycle` — phases, warm-up, epoch, HA role, the leader's deadline;
 * `Registry` — worker records, identities and incarnations, timeouts;
-* `Assigner` — placement and hand-offs in, one diff per event out (its `Changes`, taken at
-  the event's end); "what should it run";
+* `Intake` — what a report means (the hot path);
+* `TaskBook` — the task list; `Assigner` — placement and hand-offs, "what should it run";
+  `Failures` — failing tasks move; `Rebalancing` — budgeted passes toward balance;
 * `Reconciler` — does a worker run what it should, did it get what was sent;
 * `Dispatch` — builds, numbers, tokens and sends instruction sets (only while leading);
-* `Feed` — the change feed; `Queries` (supervisor/queries.py) — the read-only views.
+* `Feed` — the change feed; `Queries` — the read-only views, from the parts' read methods.
+
+Data flows one way: a part returns what it decided, or writes it to the one `Effects` object,
+which only the core drains at the event's end (the changes become instruction sets, one per
+worker). No part calls back into the core. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from typing import Any
 
 from corral.common.timers import TimerWheel
 
-from .assigner import INCLUDE, Assigner
+from .assigner import Assigner
 from .config import SupervisorConfig
 from .counters import Counters
 from .dispatch import Dispatch
+from .effects import Effects
 from .events import (
     Action,
     BatchEnd,
@@ -35,17 +41,15 @@ from .events import (
     Command,
     Continue,
     Event,
-    Fetch,
-    Log,
     PeerGone,
     RawReport,
     Report,
     RoleChanged,
     Stalled,
-    Stop,
     TasksFetched,
     Tick,
 )
+from .failures import INCLUDE, Failures
 from .feed import Feed
 from .intake import Intake
 from .lifecycle import Lifecycle, Phase, RoleChange
@@ -56,6 +60,7 @@ from .reconciler import Reconciler
 from .records import WorkerRecord
 from .registry import FORGET, Registry
 from .role import Role
+from .taskbook import TaskBook
 
 # Timer keys (a worker's timeout is the registry's own: `LazyTimers`).
 WARMUP = ("warmup",)
@@ -69,41 +74,44 @@ class SupervisorCore:
 
     def __init__(self, config: SupervisorConfig, epoch: int, now: float) -> None:
         self.config = config
-        self.counters = Counters()
+        self.counters = counters = Counters()
         self.wheel: TimerWheel[Any] = TimerWheel(config.tick, now)
-        self.life = Lifecycle(epoch, now, bool(config.ha))
-        self.feed = Feed()
-        self._out: list[Action] = []
-        self._holding = False  # a batch is open (`BatchStart`): actions wait for its end
-        self.registry = Registry(self.wheel, self.counters, config.lease + config.lease_margin,
+        self.life = life = Lifecycle(epoch, now, bool(config.ha))
+        self.feed = feed = Feed()
+        self.effects = effects = Effects()
+        self.registry = Registry(self.wheel, counters, config.lease + config.lease_margin,
                                  config.forget_after, now)
-        self.assigner = Assigner(config, self.wheel, self.counters, self.feed, self._out)
-        self.reconciler = Reconciler(config, self.counters, self.assigner, self.life)
-        self.dispatch = Dispatch(config, self.life, self.counters, self._out,
-                                 self.assigner.desired, self.assigner.spec)
-        self.converge = Rebalancing(self.wheel, self.assigner, self.life, self.feed,
-                                    config.report_interval)
-        self.intake = Intake(config, self.counters, self.wheel, self.life, self.registry,
-                             self.assigner, self.reconciler, self.dispatch, self.converge,
-                             self.feed, self._out, self._flush, self._take_out,
-                             self._end_warmup)
+        self.book = TaskBook()
+        self.assigner = Assigner(config, counters, feed, effects, self.book)
+        self.failures = Failures(config, self.wheel, counters, self.assigner, effects)
+        self.reconciler = Reconciler(config, counters, self.assigner, life, effects)
+        self.dispatch = Dispatch(config, life, counters, effects, self.book)
+        self.rebalancing = Rebalancing(self.wheel, self.assigner, life, feed,
+                                       config.report_interval)
+        self.intake = Intake(config, counters, life, self.registry, self.assigner,
+                             self.failures, self.reconciler, self.dispatch, self.rebalancing,
+                             feed, effects)
         self.rebuilding: Rebuild | None = None  # the warm-up's rebuild, while in slices
         self.rebuild_slice = SLICE
-        self.queries = Queries(self)
-        self._report = self.intake.report
+        self.queries = Queries(config, life, counters, feed, self.registry, self.assigner,
+                               self.book, self.rebalancing)
+        self._read = self.intake.report
         self.wheel.schedule_timeout(WARMUP, now + config.warmup)
 
     # -- the one entry point ------------------------------------------------------------------
 
     def handle(self, event: Event, now: float) -> list[Action]:
         if type(event) is RawReport or type(event) is Report:  # the hot path
-            return self._report(event, now)
+            if self._read(event, now):
+                self._joins_seen(now)
+                return self._flush(now)
+            return self.effects.take()
         if type(event) is BatchStart:  # every action waits for `BatchEnd`, in order
-            self._holding = True
+            self.effects.hold()
             self.assigner.defer()
             return _NONE
         if type(event) is BatchEnd:
-            self._holding = False
+            self.effects.release()
             self.assigner.place_deferred()
             return self._flush(now)
         self.feed.at(now)
@@ -126,9 +134,9 @@ class SupervisorCore:
                 self.registry.stalled(now)
                 self.reconciler.stalled(now)
                 self.counters.stalls += 1
-                self._out.append(Log("warning", "the supervisor was busy without reading "
-                                     "reports; silence and resend waits count from now",
-                                     {"busy_s": round(seconds, 3)}))
+                self.effects.log("warning", "the supervisor was busy without reading reports; "
+                                 "silence and resend waits count from now",
+                                 {"busy_s": round(seconds, 3)})
             case PeerGone(identity=identity):
                 rec = self.registry.peer_gone(identity, now)
                 if rec is not None:
@@ -166,15 +174,15 @@ class SupervisorCore:
             if key == WARMUP:
                 self._end_warmup(now)
             elif key == QUERY:
-                self._out.append(Fetch(reset=False))
+                self.effects.fetch(reset=False)
             elif key == QUERY_RETRY:
-                self._out.append(Fetch(reset=True))
+                self.effects.fetch(reset=True)
             elif key == REBALANCE:
-                self.converge.run(now)
+                self.rebalancing.run(now)
             elif key[0] == INCLUDE:
                 if self.life.running:
-                    self.assigner.include(key[1], key[2])
-                    self.converge.want(now)
+                    self.failures.cooled(key[1], key[2])
+                    self.rebalancing.want(now)
             elif key[0] == FORGET:
                 self.registry.forget(key[1])
         silent = self.registry.expire(now, read_until)
@@ -187,24 +195,31 @@ class SupervisorCore:
         running = self.life.running
         moved = self.assigner.gone([r.id for r in silent]) if running else {}
         for rec in silent:
+            self.intake.unsettle(rec)  # its next report is a comeback: read it in full
             tasks, quiet = moved.get(rec.id, 0), round(now - rec.last_received, 3)
-            self._out.append(Log("warning", "worker silent past lease + margin; its tasks "
-                                 "move", {"worker": rec.id, "tasks": tasks, "silent_s": quiet}))
+            self.effects.log("warning", "worker silent past lease + margin; its tasks move",
+                             {"worker": rec.id, "tasks": tasks, "silent_s": quiet})
             self.feed.add("timeout", worker=rec.id, tasks=tasks, silent_s=quiet)
         if running:
-            self.converge.want(now)
+            self.rebalancing.want(now)
         for rec in silent:
             if rec.contender is not None:  # a process waiting for this id takes it now
                 self.registry.accept_contender(rec, now)
                 self.intake.took_over(rec, now)
 
+    def _joins_seen(self, now: float) -> None:
+        """--expect-workers: the warm-up ends once that many have reported."""
+        expect = self.config.expect_workers
+        if expect and self.life.phase is Phase.WARMUP and self.registry.active >= expect:
+            self._end_warmup(now)
+
     def _end_warmup(self, now: float) -> None:
         if self.life.end_warmup():
             self.wheel.cancel(WARMUP)
-            self._out.append(Fetch(reset=True))
-            self._out.append(Log("info", "warm-up over; querying tasks", {
+            self.effects.fetch(reset=True)
+            self.effects.log("info", "warm-up over; querying tasks", {
                 "workers": self.registry.active,
-                "after_s": round(now - self.life.started_at, 3)}))
+                "after_s": round(now - self.life.started_at, 3)})
 
     # -- task lists, commands, roles ----------------------------------------------------------
 
@@ -216,28 +231,28 @@ class SupervisorCore:
             why = (f"task query failed; keeping the last good list: {ev.error}" if tasks is None
                    else "task source returned no tasks; keeping the last list (--allow-empty "
                    "lets an empty list remove every task)")
-            self._out.append(Log("error", why))
+            self.effects.log("error", why)
             if life.phase is Phase.QUERYING:
                 self.wheel.schedule_timeout(QUERY_RETRY, now + self.config.query_retry)
             return
         if life.phase is Phase.QUERYING:
             if self.rebuilding is not None:  # a newer list (`corralctl query`): start over
                 self.assigner.clear()
-                self._out.append(Log("info", "a new task list during the rebuild; starting "
-                                     "over", {"tasks": len(tasks)}))
-            # Its slices run on `Continue`, the first too: a slice can take half a second at
-            # a million tasks, and in this step it added to the list's handling (a step over
-            # the second that counts as a stall).
-            self.rebuilding = Rebuild(self.assigner, tasks, self.registry, self.rebuild_slice)
+                self.effects.log("info", "a new task list during the rebuild; starting over",
+                                 {"tasks": len(tasks)})
+            # Its slices run on `Continue`, the first too: one can take half a second at a
+            # million tasks, too long to add to the list's own handling.
+            self.rebuilding = Rebuild(self.assigner, tasks, self.registry, self.effects,
+                                      self.rebuild_slice)
         elif life.running:
             added, removed, respec = self.assigner.apply(tasks)
             if added or removed or respec:
-                self._out.append(Log("info", "task list changed", {
+                self.effects.log("info", "task list changed", {
                     "added": added, "removed": removed, "respecified": respec,
-                    "tasks": len(tasks)}))
+                    "tasks": len(tasks)})
                 self.feed.add("tasks", added=added, removed=removed, respecified=respec,
                               total=len(tasks))
-                self.converge.want(now)
+                self.rebalancing.want(now)
 
     def _rebuild_step(self, now: float) -> None:
         """One slice of the rebuild; once it is done, the supervisor runs."""
@@ -255,13 +270,13 @@ class SupervisorCore:
         life.start_running()
         interval = self.config.query_interval
         self.wheel.schedule_poll(QUERY, interval, now + interval)
-        tasks = len(self.assigner.entries)
-        self._out.append(Log("info", "running", {
+        tasks = len(self.book.entries)
+        self.effects.log("info", "running", {
             "epoch": life.epoch, "tasks": tasks, "workers": self.registry.active,
-            "pending": self.assigner.placement.view.pending_count(),
-            "rebuild_slices": job.slices, "rebuild_stages_s": dict(job.stage_s)}))
+            "pending": self.assigner.view.pending_count(),
+            "rebuild_slices": job.slices, "rebuild_stages_s": dict(job.stage_s)})
         self.feed.add("running", tasks=tasks, workers=self.registry.active)
-        self.converge.want(now)
+        self.rebalancing.want(now)
 
     def _command(self, cmd: Command, now: float) -> None:
         """Control verbs that change state (the read-only ones are in views.py). Raises
@@ -271,18 +286,18 @@ class SupervisorCore:
             rec = self.registry.get(worker) if isinstance(worker, str) else None
             if rec is None:
                 raise LookupError(f"no worker {worker!r}")
-            rec.drained = cmd.verb == "drain"
-            rec.digest = None
-            self._out.append(Log("info", f"worker {cmd.verb}ed by operator", {"worker": rec.id}))
+            self.registry.set_drained(rec, cmd.verb == "drain")
+            self.intake.unsettle(rec)
+            self.effects.log("info", f"worker {cmd.verb}ed by operator", {"worker": rec.id})
             self.feed.add(cmd.verb, worker=rec.id)
             if rec.active and self.life.running:
                 self.assigner.update_mode(rec, now)
-                self.converge.want(now)
+                self.rebalancing.want(now)
         elif cmd.verb == "query":
-            self._out.append(Fetch(reset=self.life.phase is Phase.QUERYING))
+            self.effects.fetch(reset=self.life.phase is Phase.QUERYING)
         elif cmd.verb == "shutdown":
             self.life.stop()
-            self._out.append(Stop(str(cmd.args.get("reason", "asked to stop"))))
+            self.effects.stop(str(cmd.args.get("reason", "asked to stop")))
         else:
             raise ValueError(f"not a state-changing verb: {cmd.verb!r}")
 
@@ -292,10 +307,13 @@ class SupervisorCore:
         restarts), demote (stop sending at once; forget the assignment), or renew."""
         change = self.life.on_role(role)
         if change is RoleChange.PROMOTED:
-            self.registry.reset_numbering()
             self.dispatch.new_epoch()
-            self._out.append(Log("info", "leading", {"epoch": self.life.epoch,
-                                                     "workers": self.registry.active}))
+            for rec in self.registry:  # sets are numbered afresh in the new epoch
+                self.dispatch.start_over(rec)
+                self.reconciler.start_over(rec)
+                self.intake.unsettle(rec)
+            self.effects.log("info", "leading", {"epoch": self.life.epoch,
+                                                 "workers": self.registry.active})
             self.feed.add("role", role="leader", epoch=self.life.epoch)
             if self.life.warm:
                 self._end_warmup(now)
@@ -304,39 +322,37 @@ class SupervisorCore:
             self.assigner.clear()
             for key in (QUERY, QUERY_RETRY):
                 self.wheel.cancel(key)
-            self.converge.stop()
+            self.rebalancing.stop()
             for rec in self.registry:
-                rec.desired, rec.digest = {}, None
-            self._out.append(Log("warning", "no longer the leader; standing by",
-                                 {"reason": role.error or "not the leader"}))
+                self.intake.unsettle(rec)
+            self.effects.log("warning", "no longer the leader; standing by",
+                             {"reason": role.error or "not the leader"})
             self.feed.add("role", role="standby", reason=role.error)
 
     # -- output -------------------------------------------------------------------------------
 
     def _flush(self, now: float) -> list[Action]:
         """Everything this event decided, as actions: one instruction set per worker."""
-        assigner = self.assigner
-        if assigner.changes.waiting:
+        changes = self.effects.changes
+        if changes.waiting:
             self.counters.assignment_events += 1
-            diff, resets, respec = assigner.changes.take()
+            diff, resets, respec = changes.take()
             changed = diff.compact()
-            registry, send = self.registry, self.dispatch.send
+            registry, assigner, send = self.registry, self.assigner, self.dispatch.send
             for w in {**resets, **dict.fromkeys(changed)}:
                 rec = registry.get(w)
                 if rec is None or not rec.active:
                     continue
                 if w in resets:
-                    added, stopped = send(rec, now, reset=True, respec=respec)
+                    sent = send(rec, now, assigner.desired(w), reset=True, respec=respec)
                 else:
                     d = changed[w]
-                    added, stopped = send(rec, now, add=d.add, remove=d.remove, respec=respec)
-                if added or stopped:
-                    assigner.sent(w, added, stopped)
-        return self._take_out()
-
-    def _take_out(self) -> list[Action]:
-        if self._holding or not self._out:
-            return _NONE
-        out = self._out.copy()
-        self._out.clear()
-        return out
+                    sent = send(rec, now, assigner.desired(w), add=d.add, remove=d.remove,
+                                respec=respec)
+                if sent.content:  # what it should run changed: judge its next report in full
+                    self.intake.unsettle(rec)
+                    self.reconciler.expect(rec, now)
+                    self.life.spoke()
+                if sent.adds or sent.stops:
+                    assigner.sent(w, sent.adds, sent.stops)
+        return self.effects.take()

@@ -1,7 +1,7 @@
 """The supervisor daemon: one thread, one `zmq.Poller` loop around `SupervisorCore`. No policy.
 
 The loop only does I/O: it drains every ready message with NOBLOCK (a blocking or asyncio
-receive per message was measured several times slower), decodes at the edge (bad input is
+receive per message is several times slower), decodes at the edge (bad input is
 counted and dropped, never fatal), steps the core with the clock's time, and carries out the
 actions it returns. Everything it decides nothing about: who may speak, what to refuse, when a
 leader must stop — all of that is the core's. Its poll timeout is the core's next deadline.
@@ -9,7 +9,7 @@ Signals only enqueue a control verb and wake the poll through a self-pipe; there
 shutdown path (`close`).
 
 Sets leave through the `Outbox` (outbox.py): at once when nothing waits, else queued and paced
-at most `MAX_SENDS` a loop turn, so a burst never starves the receive loop.
+at most `MAX_SENDS` a loop turn; the peers it finds gone come back as `PeerGone` events.
 
 Lifecycle of the daemon object (not the core's phases)::
 
@@ -29,15 +29,10 @@ import zmq
 from corral.cli import logs
 from corral.common.errors import ProtocolError
 from corral.common.wire import codec
-from corral.common.wire.protocol import (
-    ERR_BAD_REQUEST,
-    ControlError,
-    ControlReply,
-    ControlRequest,
-)
 
 from . import epochs, metrics, verbs
 from .config import SupervisorConfig
+from .controlserver import ControlServer
 from .core import SupervisorCore
 from .counters import IoCounters
 from .cyclegc import CycleCollector
@@ -64,27 +59,21 @@ from .outbox import Outbox
 from .role import Role
 from .sources import Fetcher, TaskSource
 
-# pyzmq's flags and options are Enum members and its multipart helpers convert them on every
-# call; plain ints, and two recv() calls plus one RCVMORE check instead of recv_multipart(),
-# halve the cost of moving a message (measured: ~1.7 us against ~4-7 us).
+# Plain ints and two recv() calls instead of pyzmq's enum flags and recv_multipart(): half the
+# cost of moving a message.
 NOBLOCK = int(zmq.NOBLOCK)
 RCVMORE = int(zmq.RCVMORE)
 MAX_BATCH = 5000  # messages drained per wake-up before timers and control get a turn
 MAX_TIMER_DELAY = 1.0  # timers wait at most this long for a backlog of reports to drain
-# After a wake-up that drained everything, wait this long before polling again so the next
-# messages arrive in a batch: each wake-up costs several system calls, and libzmq's handling of
-# every peer queue that turned readable meanwhile, more than a report's processing. Reports come
-# every few seconds and the lease margin is seconds, so tens of ms are free (never past the
-# core's next deadline). Measured: 10 ms cut the CPU at 10,000 workers x 1 Hz from 0.37 to 0.29
-# of a core; at 100,000 workers x 0.2 Hz 50 ms against 10 ms was within this VM's noise
-# (0.60-0.70 over four runs against 0.64-0.65), with fewer wake-ups of ZeroMQ's I/O thread.
+# After a wake-up that drained everything, wait this long (never past the core's next deadline)
+# so the next reports arrive as a batch: a wake-up costs more than a report, and the lease
+# margin is seconds (BENCHMARKS.md, "Design measurements": the coalescing pause).
 COALESCE_S = 0.05
 # A step that keeps the loop from reading for longer than this (a full placement of a very
 # large task list) is reported to the core as a stall: worker silence counts from its end.
 STALL_S = 1.0
-# Under a backlog, after a slice of the rebuild the loop reads for this many times as long
-# (measured at 100,000 workers: with 2, slices got ~14 % of the loop, as a turn that read a
-# full batch ran past their due time, and the rebuild took 161 s).
+# Under a backlog, after a slice of the rebuild the loop reads for this many times as long: an
+# even share, so neither reading nor the rebuild starves the other.
 SLICE_SHARE = 1.0
 _CONTINUE = Continue()
 _BATCH_START, _BATCH_END = BatchStart(), BatchEnd()
@@ -115,8 +104,8 @@ class Daemon:
         self.election: Election | None = None
         self.endpoints = Endpoints(config)  # bound, or BindError / ConfigError
         self.router, self.control = self.endpoints.router, self.endpoints.control
-        self.outbox = Outbox(self.router, self.io,
-                             lambda identity: self._step(PeerGone(identity), self.clock()))
+        self.outbox = Outbox(self.router, self.io)
+        self.controls = ControlServer(self.control, self.io)
         self.key_names = self.endpoints.key_names
         self.fetcher = Fetcher(self.source, config.source_timeout, self.wake, self.log)
         self.core.queries.attach(self.fetcher.counters)
@@ -218,7 +207,7 @@ class Daemon:
         if handled < MAX_BATCH:  # no report waits unread: silence may be judged up to now
             self._read_until = now
         if self.control in ready:
-            self._drain_control(now)
+            self._execute(self.controls.serve(self.core, now))
         if self._wake_fd in ready:
             self.endpoints.drain_wake()
         core = self.core
@@ -253,6 +242,7 @@ class Daemon:
         if self.gc.paused and not core.busy:  # the sliced work ended (or was dropped)
             self.gc.busy(False)
         self.outbox.flush()
+        self._peers_gone(now)
         if now >= self._next_snapshot:
             self._next_snapshot = now + 1.0
             if self.collector is not None:
@@ -263,6 +253,16 @@ class Daemon:
             pause = COALESCE_S if due is None else min(COALESCE_S, due - self.clock())
             if pause > 0:
                 self._sleep(pause)
+
+    def _peers_gone(self, now: float) -> None:
+        """Step the core with each peer a send found gone (a contender may take its id); what
+        those steps send may find more, handed back on the next rounds or the next turn."""
+        for _ in range(8):
+            gone = self.outbox.take_gone()
+            if not gone:
+                return
+            for identity in gone:
+                self._step(PeerGone(identity), now)
 
     def _step(self, event: Event, now: float) -> None:
         """Step the core with one event."""
@@ -298,10 +298,8 @@ class Daemon:
             while n < MAX_BATCH:
                 try:
                     identity = recv(NOBLOCK)
-                    # A ROUTER message has the peer's identity and at least one frame,
-                    # atomically. The frame object answers "more?" without a getsockopt
-                    # (which builds an enum per call: measured ~7 % of the supervisor at
-                    # 100,000 workers).
+                    # The identity and at least one frame come atomically; the frame says
+                    # "more?" without a getsockopt (which builds an enum per call).
                     frame = recv(NOBLOCK, copy=False)
                 except zmq.Again:
                     break
@@ -328,39 +326,6 @@ class Daemon:
             actions = handle(_BATCH_END, now)
         self._stepped(before, time.perf_counter() - t0, actions)
         return n
-
-    def _drain_control(self, now: float) -> None:
-        for _ in range(100):
-            try:
-                frames = self.control.recv_multipart(NOBLOCK)
-            except zmq.Again:
-                return
-            envelope, payload = frames[:-1], frames[-1]
-            if not envelope:
-                continue
-            try:
-                req = codec.decode_as(payload, ControlRequest)
-            except ProtocolError as exc:
-                self.io.control_errors += 1
-                self._reply(envelope, ControlReply(0, None, ControlError(ERR_BAD_REQUEST,
-                                                                         str(exc))))
-                continue
-            result, error, actions = verbs.call(self.core, req.verb, dict(req.args), now)
-            if error is not None:
-                self.io.control_errors += 1
-            self._reply(envelope, ControlReply(req.request_id, result, error))
-            self._execute(actions)
-
-    def _reply(self, envelope: list[bytes], reply: ControlReply) -> None:
-        try:
-            frame = codec.encode(reply)
-        except TypeError as exc:  # a view that is not plain data is a bug; say so, don't die
-            frame = codec.encode(ControlReply(reply.request_id, None, ControlError(
-                "internal", f"cannot encode the answer: {exc}")))
-        try:
-            self.control.send_multipart([*envelope, frame], NOBLOCK)
-        except (zmq.Again, zmq.ZMQError):  # the client is gone, or not reading its replies
-            self.io.control_replies_dropped += 1
 
     # -- output --------------------------------------------------------------------------------
 

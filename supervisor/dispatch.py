@@ -16,31 +16,45 @@ runs keeps the token it runs under (its reports say which), unless its spec chan
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 from corral.common.wire.protocol import Instructions, Renewal, make_token
 
 from .config import SupervisorConfig
 from .counters import Counters
-from .events import Action, Send
+from .effects import Effects
 from .lifecycle import Lifecycle
 from .records import WorkerRecord
+from .taskbook import TaskBook
 
 PART_TASKS = 2000  # task ids per frame of a big set
 PART_BYTES = 512 * 1024  # spec text per frame of a big set (a spec may be up to 64 KiB)
 
 
+class Sent(NamedTuple):
+    """What a set told a worker: the tasks it adds (all of them for a reset), those it stops
+    (for a reset: what it last reported running and is not in the set), and whether it had
+    content (a reset, or tasks to add or stop) rather than being a bare renewal."""
+
+    adds: tuple[str, ...]
+    stops: tuple[str, ...]
+    content: bool
+
+
+_NOTHING = Sent((), (), False)
+
+
 class Dispatch:
+    """Owns, on each `WorkerRecord`: ``out_seq``, ``last_sent_at``, ``got_reset``."""
+
     def __init__(self, config: SupervisorConfig, life: Lifecycle, counters: Counters,
-                 out: list[Action], desired: Callable[[str], Mapping[str, None]],
-                 spec: Callable[[str], str | None]) -> None:
+                 effects: Effects, book: TaskBook) -> None:
         self._config = config
         self._life = life
         self._counters = counters
-        self._out = out
-        self._desired = desired
-        self._spec = spec
+        self._effects = effects
+        self._book = book
         self._grants: dict[str, int] = {}  # task -> grants made of it in this epoch
         self.renew_every = config.renew_every
         self._lease = config.lease
@@ -49,35 +63,45 @@ class Dispatch:
         """Grant numbers start over under a new (higher) epoch."""
         self._grants = {}
 
+    def start_over(self, rec: WorkerRecord) -> None:
+        """Sets to ``rec`` are numbered afresh: a new incarnation, or a new epoch."""
+        rec.out_seq = 0
+        rec.last_sent_at = -1e18
+        rec.got_reset = False
+
+    def number_on(self, rec: WorkerRecord) -> None:
+        """A worker process that already applied sets of this epoch (the live one of two
+        sharing an id, taken back after the newcomer was refused; or one forgotten and back)
+        drops any set numbered at or below what it applied: go on from there."""
+        applied = rec.status.applied
+        if applied[0] == self._life.epoch:
+            rec.out_seq = max(rec.out_seq, applied[1])
+
+    def expect_reset(self, rec: WorkerRecord) -> None:
+        """Its next set with content is a reset (it takes part afresh)."""
+        rec.got_reset = False
+
     def renewal_due(self, rec: WorkerRecord, now: float) -> bool:
         return now - rec.last_sent_at >= self.renew_every
 
-    def send(self, rec: WorkerRecord, now: float, *, reset: bool = False,
-             add: Iterable[str] = (), remove: Iterable[str] = (),
-             respec: Mapping[str, None] | None = None
-             ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """One instruction set to ``rec`` (a lease renewal when empty); returns the tasks it
-        adds (all of them for a reset) and those it stops (for a reset: what it last reported
-        running and is not in the set), or ((), ()) when nothing was sent."""
+    def send(self, rec: WorkerRecord, now: float, desired: Mapping[str, None], *,
+             reset: bool = False, add: Iterable[str] = (), remove: Iterable[str] = (),
+             respec: Mapping[str, None] | None = None) -> Sent:
+        """One instruction set to ``rec`` (a lease renewal when empty); ``desired`` is what it
+        should run, for a reset. Nothing is sent by a standby."""
         life = self._life
         if not life.leader:
-            return (), ()
+            return _NOTHING
         adds = tuple(add)
         removes = tuple(remove)
         stops = removes
         if life.running and (reset or ((adds or removes) and not rec.got_reset)):
-            desired = self._desired(rec.id)
             reset, adds, removes = True, tuple(desired), ()
             stops = tuple(t for t in rec.status.running if t not in desired)
             rec.got_reset = True
         elif not life.running:
             reset, adds, removes, stops = False, (), (), ()
         rec.out_seq += 1
-        if reset or adds or removes:
-            rec.digest = None  # what it should run changed: judge its next report in full
-            rec.expect_seq, rec.expect_since, rec.mismatch_since = rec.out_seq, now, None
-            rec.expect = (life.epoch, rec.out_seq)
-            life.content_sent = True
         rec.last_sent_at = now
         tokens = self._tokens(rec, adds, respec) if adds else {}
         specs = self._specs(adds) if adds else {}
@@ -86,11 +110,11 @@ class Dispatch:
             "lease": self._config.lease, "answers_seq": rec.last_seq,
             "answers_sent_at": rec.seen_sent_at, "reset": reset}
         if len(adds) + len(removes) <= PART_TASKS and not _big(specs):
-            self._out.append(Send(rec.identity, Instructions(
-                **head, add=adds, remove=removes, tokens=tokens, specs=specs)))
+            self._effects.send(rec.identity, Instructions(
+                **head, add=adds, remove=removes, tokens=tokens, specs=specs))
         else:
             self._send_parts(rec.identity, head, adds, removes, tokens, specs)
-        return adds, stops
+        return Sent(adds, stops, bool(reset or adds or removes))
 
     def renew(self, rec: WorkerRecord, now: float) -> None:
         """A bare lease renewal: `send` with nothing in it, built the short way (this is what
@@ -100,9 +124,9 @@ class Dispatch:
             return
         rec.out_seq += 1
         rec.last_sent_at = now
-        self._out.append(Send(rec.identity, Renewal(
+        self._effects.send(rec.identity, Renewal(
             life.epoch, rec.out_seq, rec.incarnation, self._lease, rec.last_seq,
-            rec.seen_sent_at)))
+            rec.seen_sent_at))
 
     def _tokens(self, rec: WorkerRecord, adds: tuple[str, ...],
                 respec: Mapping[str, None] | None) -> dict[str, int]:
@@ -120,7 +144,7 @@ class Dispatch:
         return tokens
 
     def _specs(self, adds: tuple[str, ...]) -> dict[str, str]:
-        spec = self._spec
+        spec = self._book.spec
         out: dict[str, str] = {}
         for task in adds:
             text = spec(task)
@@ -152,7 +176,7 @@ class Dispatch:
             msg = Instructions(**head, add=a, remove=r, tokens={t: tokens[t] for t in a},
                                specs={t: specs[t] for t in a if t in specs}, part=i,
                                parts=parts)
-            self._out.append(Send(identity, msg))
+            self._effects.send(identity, msg)
         self._counters.set_parts += parts
 
 

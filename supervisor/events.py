@@ -1,9 +1,9 @@
 """The supervisor state machine's events (what happened) and actions (what to do about it).
 
 Frozen msgspec structs, like the protocol's messages: one `Report` and one `Send` are made per
-message on the hot path, and a struct is built ~8x faster than a frozen dataclass (measured:
-0.1 µs against 0.8 µs). `SupervisorCore.handle(event, now)` takes the events; the daemon
-carries out the actions, in order.
+message on the hot path, and a struct is built several times faster than a frozen dataclass.
+`SupervisorCore.handle(event, now)` takes the events; the daemon carries out the actions, in
+order. See docs/architecture.md for the path of one report.
 """
 
 from __future__ import annotations
@@ -52,11 +52,9 @@ class BatchStart(_Frozen, frozen=True):
     placement that arrivals ask for (a worker joining or back, a capacity change) runs once,
     at the end — after a stall, thousands of workers come back together, and placing pending
     replicas once per arrival would cost O(pending) each — and every action waits for the
-    end, in order. The daemon hands each report over as it reads it, so what it read dies
-    while still in cache (a wake-up's reports held until its end and freed cold cost 11 % of
-    the supervisor's main thread at 100,000 workers, measured), and the renewals and sets
-    leave in one burst (sent as each report was answered, they woke ZeroMQ's I/O thread per
-    message: 0.31 of a core against 0.14, measured)."""
+    end, in order: the daemon hands each report over as it reads it, so what it read is freed
+    while still in cache, and the renewals and sets leave in one burst, waking ZeroMQ's I/O
+    thread once rather than per message."""
 
 
 class BatchEnd(_Frozen, frozen=True):

@@ -97,6 +97,11 @@ class Lifecycle:
             self.phase = Phase.WARMUP
         return RoleChange.DEMOTED
 
+    def spoke(self) -> None:
+        """Something of substance (a set with content) was sent: the epoch may no longer
+        move."""
+        self.content_sent = True
+
     def raise_epoch(self, seen: int) -> int | None:
         """A worker has seen epoch ``seen``. Before anything of substance was said, the epoch
         rises above it (a lost state file must not make workers ignore us): the new epoch, or

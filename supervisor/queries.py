@@ -12,15 +12,20 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from corral.common.wire.routemap import MapVersions, RouteMap, WorkerEntry
 
+from .assigner import Assigner
+from .config import SupervisorConfig
+from .counters import Counters
+from .feed import Feed
+from .lifecycle import Lifecycle
+from .rebalancing import Rebalancing
 from .records import WorkerRecord
+from .registry import Registry
 from .role import Role
-
-if TYPE_CHECKING:
-    from .core import SupervisorCore
+from .taskbook import TaskBook
 
 
 class Countable(Protocol):
@@ -71,8 +76,19 @@ class TaskView:
 
 
 class Queries:
-    def __init__(self, core: SupervisorCore) -> None:
-        self._core = core
+    """Built from the parts it reads (never written through it)."""
+
+    def __init__(self, config: SupervisorConfig, life: Lifecycle, counters: Counters,
+                 feed: Feed, registry: Registry, assigner: Assigner, book: TaskBook,
+                 rebalancing: Rebalancing) -> None:
+        self.config = config
+        self._life = life
+        self._counters = counters
+        self._feed = feed
+        self._registry = registry
+        self._assigner = assigner
+        self._book = book
+        self._rebalancing = rebalancing
         self._ids: tuple[int, list[str]] = (-1, [])
         self._task_ids: tuple[int, list[str]] = (-1, [])
         self._map: MapVersions | None = None
@@ -81,18 +97,14 @@ class Queries:
 
     # -- the supervisor -----------------------------------------------------------------------
 
-    @property
-    def config(self) -> Any:
-        return self._core.config
-
     def lifecycle(self) -> tuple[str, int, float, bool, Role | None]:
         """(phase, epoch, started_at, leader, the election's latest decision)."""
-        life = self._core.life
+        life = self._life
         return str(life.phase), life.epoch, life.started_at, life.leader, life.role
 
     def counters(self) -> dict[str, float]:
         """The core's counters, and those the daemon attached (its I/O, the task source's)."""
-        out = self._core.counters.as_dict()
+        out = self._counters.as_dict()
         for more in self._attached:
             out.update(more.as_dict())
         return out
@@ -101,8 +113,7 @@ class Queries:
         self._attached.append(counters)
 
     def placement_summary(self) -> dict[str, Any]:
-        core = self._core
-        a = core.assigner
+        a = self._assigner
         p = a.placement
         view = p.view
         return {
@@ -113,8 +124,8 @@ class Queries:
             "strategy": p.strategy,
             "handoffs": len(a.handoffs),
             "version": p.version,
-            "balanced": core.converge.balanced,
-            "rebalance_moves": core.counters.rebalance_moves,
+            "balanced": self._rebalancing.balanced,
+            "rebalance_moves": self._counters.rebalance_moves,
             "zone_degraded": view.zone_degraded(),
         }
 
@@ -125,11 +136,10 @@ class Queries:
         motion) the answer is at most `OUTLOOK_MAX_AGE` old, so a status poll cannot keep
         the loop from reading reports. Before the supervisor runs there is nothing to judge
         (None): planning over a rebuild's half-built placement took seconds per poll."""
-        core = self._core
-        if not core.life.running:  # no assignment yet (a rebuild in slices is half built)
+        a = self._assigner
+        if not self._life.running:  # no assignment yet (a rebuild in slices is half built)
             return {"criterion_met": None, "moves_planned": None,
-                    "zone_degraded": core.assigner.placement.view.zone_degraded()}
-        a = core.assigner
+                    "zone_degraded": a.view.zone_degraded()}
         version = (a.placement.version, len(a.handoffs.pinned))  # hand-offs pin tasks
         kept = self._outlook
         if kept is not None and (kept[0] == version or now - kept[1] < OUTLOOK_MAX_AGE):
@@ -140,29 +150,29 @@ class Queries:
         return look
 
     def events(self, cursor: int | None, limit: int) -> dict[str, Any]:
-        return self._core.feed.after(cursor, limit)
+        return self._feed.after(cursor, limit)
 
     # -- workers ------------------------------------------------------------------------------
 
     def worker_count(self) -> tuple[int, int]:
         """(active, known)."""
-        reg = self._core.registry
+        reg = self._registry
         return reg.active, len(reg)
 
     def worker_states(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for rec in self._core.registry:
+        for rec in self._registry:
             state = rec.display_state
             out[state] = out.get(state, 0) + 1
         return out
 
     def worker(self, worker: str) -> WorkerView | None:
-        rec = self._core.registry.get(worker)
+        rec = self._registry.get(worker)
         return None if rec is None else self._view(rec)
 
     def workers(self, after: str | None = None) -> Iterator[WorkerView]:
         """Every worker in id order, from the first id after ``after``."""
-        reg = self._core.registry
+        reg = self._registry
         gen, ids = self._ids
         if gen != reg.generation:
             ids = sorted(reg.records)
@@ -174,14 +184,14 @@ class Queries:
                 yield self._view(rec)
 
     def _view(self, rec: WorkerRecord) -> WorkerView:
-        st, a = rec.status, self._core.assigner
-        cost = a.placement.view.tasks
+        st, view = rec.status, self._assigner.view
+        cost = view.tasks
         # An inactive worker's last report is stale: its lease is gone, so is its load.
         running = sum(cost.get(t, 1.0) for t in st.running) if rec.active else 0.0
         return WorkerView(
             rec.id, st.serve or rec.identity.decode("utf-8", "replace"), rec.display_state,
             rec.active, rec.drained, st.max_load, running,
-            len(a.placement.view.tasks_of(rec.id)), rec.last_received, rec.incarnation,
+            len(view.tasks_of(rec.id)), rec.last_received, rec.incarnation,
             st.lease_held, tuple(sorted(st.failures)), rec.conflict, st.zone, st.labels,
             st.utilization, st.qps, st.errors, rec.contender is not None)
 
@@ -190,14 +200,14 @@ class Queries:
     def task_ids(self, prefix: str | None = None, after: str | None = None,
                  worker: str | None = None) -> Iterator[str]:
         """Task ids in order; only ``worker``'s, only those starting with ``prefix``."""
-        a = self._core.assigner
+        view = self._assigner.view
         if worker is not None:
-            ids: list[str] = sorted(a.placement.view.tasks_of(worker))
+            ids: list[str] = sorted(view.tasks_of(worker))
         else:
             gen, ids = self._task_ids
-            if gen != a.task_generation:
-                ids = sorted(a.placement.view.tasks)
-                self._task_ids = (a.task_generation, ids)
+            if gen != self._book.generation:
+                ids = sorted(view.tasks)
+                self._task_ids = (self._book.generation, ids)
         lo = 0
         if prefix:
             lo = bisect.bisect_left(ids, prefix)
@@ -209,9 +219,8 @@ class Queries:
             yield task
 
     def task(self, task: str) -> TaskView | None:
-        core = self._core
-        a = core.assigner
-        view = a.placement.view
+        a = self._assigner
+        view = a.view
         cost = view.tasks.get(task)
         if cost is None:
             return None
@@ -219,7 +228,7 @@ class Queries:
         tokens: dict[str, int] = {}
         failing: list[str] = list(view.excluded_from(task))
         for w in owners:
-            rec = core.registry.get(w)
+            rec = self._registry.get(w)
             if rec is not None:
                 token = rec.status.running.get(task)
                 if token is not None:
@@ -229,16 +238,16 @@ class Queries:
         missing = view.replicas_of(task) - len(owners)
         return TaskView(task, cost, owners, tokens, max(missing, 0),
                         self._pending_reason(task) if missing > 0 else None,
-                        a.handoffs.old_owner(task), tuple(sorted(failing)), a.spec(task))
+                        a.handoffs.old_owner(task), tuple(sorted(failing)),
+                        self._book.spec(task))
 
     def _pending_reason(self, task: str) -> str:
-        why = self._core.assigner.placement.view.pending_reason(task)
+        why = self._assigner.view.pending_reason(task)
         return why or "no eligible worker has room for it"
 
     def failing_count(self) -> int:
-        core = self._core
-        failing = set(core.assigner.placement.view.excluded())
-        reg = core.registry
+        failing = set(self._assigner.view.excluded())
+        reg = self._registry
         for worker in reg.failing:  # only workers that report failures: not the whole fleet
             rec = reg.get(worker)
             if rec is not None and rec.active:
@@ -247,14 +256,14 @@ class Queries:
 
     def handoff_tasks(self, after: str | None = None) -> Iterator[str]:
         """Tasks in a make-before-break hand-off, in id order (few: no cache needed)."""
-        return (t for t in sorted(self._core.assigner.handoffs.tasks)
+        return (t for t in sorted(self._assigner.handoffs.tasks)
                 if after is None or t > after)
 
     def owners(self, task: str) -> tuple[str, ...]:
-        return tuple(self._core.assigner.placement.view.owners(task))
+        return tuple(self._assigner.view.owners(task))
 
     def pending(self) -> list[str]:
-        return sorted(self._core.assigner.placement.view.pending())
+        return sorted(self._assigner.view.pending())
 
     # -- the routing map ----------------------------------------------------------------------
 
@@ -262,12 +271,11 @@ class Queries:
         """The request-routing map, rebuilt only when something it is made of may have
         changed: the placement's version, a worker's reported content, a worker turning
         inactive, a hand-off starting or ending. O(1) to check, O(tasks) to rebuild."""
-        core = self._core
-        versions = self._map
-        if versions is None or versions.epoch != core.life.epoch:  # warm-up may raise it
-            versions = self._map = MapVersions(core.life.epoch)
-        a = core.assigner
-        signature = (a.placement.version, len(a.handoffs), core.registry.changes)
+        versions, epoch = self._map, self._life.epoch
+        if versions is None or versions.epoch != epoch:  # warm-up may raise it
+            versions = self._map = MapVersions(epoch)
+        a = self._assigner
+        signature = (a.placement.version, len(a.handoffs), self._registry.changes)
         return versions.current(signature, self._routing), versions
 
     def _routing(self) -> tuple[dict[str, tuple[str, ...]], dict[str, WorkerEntry]]:
@@ -276,15 +284,14 @@ class Queries:
         A task's owners are the workers the placement gives it, plus the old owner while a
         make-before-break hand-off is in flight — each only once it reports the task running,
         so a request never goes to a worker that has not started it yet (not_owner)."""
-        core = self._core
         workers: dict[str, WorkerEntry] = {}
         running: dict[str, dict[str, int]] = {}
-        for rec in core.registry:
+        for rec in self._registry:
             st = rec.status
             if rec.active and st.serve:
                 workers[rec.id] = WorkerEntry(st.serve, st.state.value)
                 running[rec.id] = st.running
-        view, handoffs = core.assigner.placement.view, core.assigner.handoffs
+        view, handoffs = self._assigner.view, self._assigner.handoffs
         owners_of = view.owners
         tasks: dict[str, tuple[str, ...]] = {}
         for task in view.tasks:

@@ -4,7 +4,7 @@ The first task list after the warm-up is matched against what the workers report
 every task they run is kept where it runs (a task claimed by more than its replicas keeps the
 newest claims: the highest fencing token, then the lowest worker id), the rest is placed, and
 every worker gets its whole set as a reset. At a million tasks and 100,000 workers that is
-seconds of work (measured: 8-17 s on a 2-core VM). Done as one step, the supervisor would read
+seconds of work (BENCHMARKS.md). Done as one step, the supervisor would read
 no report meanwhile: leases would be renewed late, a backlog would pile up and silence would
 be judged late. So the core runs one slice per turn of its loop (`SupervisorCore.busy` makes
 the loop come back at once) and reads whatever arrived in between.
@@ -38,17 +38,15 @@ from corral.common.placement import resolve_claims
 from corral.common.wire.protocol import Status, WorkerState
 from corral.common.wire.tasklist import TaskEntry
 
-from .assigner import PLACED, Assigner, shape_of
-from .events import Log
+from .assigner import PLACED, Assigner
+from .effects import Effects
 from .records import WorkerRecord
 from .registry import Registry
+from .taskbook import shape_of
 
 # Items per slice (a task added, a claim collected or resolved and assigned, a worker read):
-# ~0.25 s of work on the 2-core VM, ~0.5 s while 100,000 workers report, under the 1 s that
-# counts as a stall. Long enough that the reports arriving meanwhile are read in big batches:
-# a report read in a batch of thousands cost ~18 us there, in one of hundreds ~34 us, and what
-# reading does not take the rebuild gets. Measured at 100,000 workers: slices of 20,000 left
-# the rebuild a third of the loop (22-30 s to running); of 100,000, 18.5 s.
+# under the 1 s that counts as a stall, and long enough that the reports arriving meanwhile
+# are read in big batches, which cost less each (BENCHMARKS.md, "Design measurements").
 SLICE = 100_000
 
 
@@ -74,7 +72,7 @@ class Stage(Enum):
 _DONE = object()
 
 # A reset costs about as much as ten claims (its set is built, numbered and tokened); a worker
-# read (it joins placement) as much as four (measured: ~10 µs against ~2.5 µs for a task added).
+# read (it joins placement) as much as four.
 RESET_ITEMS = 10
 WORKER_ITEMS = 4
 
@@ -83,8 +81,9 @@ class Rebuild:
     """One rebuild in progress; `step` runs the next slice and says whether it is done."""
 
     def __init__(self, assigner: Assigner, tasks: Mapping[str, TaskEntry], registry: Registry,
-                 budget: int = SLICE) -> None:
+                 effects: Effects, budget: int = SLICE) -> None:
         self._assigner = assigner
+        self._effects = effects
         self._registry = registry
         self.budget = max(1, budget)
         self.stage = Stage.TASKS
@@ -93,8 +92,8 @@ class Rebuild:
         # for the "running" log: where a slow rebuild spent its time.
         self.stage_s: dict[str, float] = {}
         self._began: float | None = None
-        assigner.start_list(tasks)
-        self._entries = assigner.entries
+        assigner.book.start(tasks)
+        self._entries = assigner.book.entries
         self._task_items: Iterator[tuple[str, TaskEntry]] = iter(self._entries.items())
         self._fill = self._fill_all()  # the bulk path of `_tasks`, if it applies
         active = sorted((r for r in registry if r.active), key=lambda r: r.id)
@@ -239,8 +238,9 @@ class Rebuild:
                 p.assign_many(rec.id, rec.status.running)  # what is short, fits and is allowed
         self._read = {}
         if self._surplus_tasks:
-            a.log(Log("warning", "tasks ran on more workers than replicas; extra copies stop",
-                      {"tasks": self._surplus_tasks, "copies": self._surplus_copies}))
+            self._effects.log("warning", "tasks ran on more workers than replicas; extra "
+                              "copies stop", {"tasks": self._surplus_tasks,
+                                              "copies": self._surplus_copies})
         for rec in active:
             p.enforce_capacity(rec.id)
         for rec in active:
@@ -251,7 +251,7 @@ class Rebuild:
         # Every active worker gets its whole set as a reset, a slice at a time: what this
         # step changed per worker is in those resets, so it is not sent now as well (it would
         # be every worker's set twice, and a whole fleet's sets in one turn of the loop).
-        a.changes.drop_diff()
+        self._effects.changes.drop_diff()
         self._reset_items = iter(active)
         self.stage = Stage.RESETS
         return len(active) + placed
@@ -261,7 +261,7 @@ class Rebuild:
         one gone meanwhile does not (its tasks were moved when it went), nor one whose first
         set with content went out meanwhile (that was a reset: see `Dispatch.send`)."""
         assert self._reset_items is not None
-        changes = self._assigner.changes
+        changes = self._effects.changes
         used = 0
         for rec in self._reset_items:
             if rec.active and not rec.got_reset:

@@ -23,13 +23,17 @@ from corral.common.placement import correction
 from .assigner import Assigner
 from .config import SupervisorConfig
 from .counters import Counters
+from .effects import Effects
 from .lifecycle import Lifecycle
 from .records import WorkerRecord
 
 
 class Reconciler:
+    """Owns, on each `WorkerRecord`: ``expect``, ``expect_seq``, ``expect_since``,
+    ``mismatch_since``, ``resend_wait``."""
+
     def __init__(self, config: SupervisorConfig, counters: Counters, assigner: Assigner,
-                 life: Lifecycle) -> None:
+                 life: Lifecycle, effects: Effects) -> None:
         self._interval = config.report_interval
         # A set is taken for lost only if no report shows it applied for this long (doubled per
         # resend, capped). A worker confirms a set with content at once, so this is about a
@@ -40,7 +44,7 @@ class Reconciler:
         self._cap = 16 * self.first_wait
         self._counters = counters
         self._assigner = assigner
-        self._changes = assigner.changes  # kept for the assigner's life
+        self._changes = effects.changes  # one for the effects' life
         self._life = life
         self._stalled_at = float("-inf")  # see `stalled`
 
@@ -51,10 +55,23 @@ class Reconciler:
         whole fleet would be sent its set again (O(1): one time for all records)."""
         self._stalled_at = now
 
+    def start_over(self, rec: WorkerRecord) -> None:
+        """Nothing is expected of ``rec`` yet: a new incarnation, or a new epoch."""
+        rec.expect_seq, rec.expect, rec.expect_since = 0, (0, 0), 0.0
+        rec.mismatch_since = None
+        rec.resend_wait = self.first_wait
+
+    def expect(self, rec: WorkerRecord, now: float) -> None:
+        """A set with content (numbered ``rec.out_seq``) went to ``rec`` at ``now``: until it
+        reports having applied it, its running set is not judged."""
+        rec.expect_seq, rec.expect_since, rec.mismatch_since = rec.out_seq, now, None
+        rec.expect = (self._life.epoch, rec.out_seq)
+
     def needed(self, rec: WorkerRecord) -> bool:
         """Whether this report needs judging (cheap: the usual report needs nothing)."""
         st = rec.status
-        return (st.applied < rec.expect or st.running.keys() != rec.desired.keys()
+        return (st.applied < rec.expect
+                or st.running.keys() != self._assigner.view.tasks_of(rec.id).keys()
                 or rec.mismatch_since is not None or rec.resend_wait != self.first_wait)
 
     def check(self, rec: WorkerRecord, now: float) -> None:

@@ -1,19 +1,27 @@
 """What the supervisor keeps per worker: one compact record (slots), shared by the parts.
 
-Each part owns its own fields — the registry the identity, the clocks and the incarnation
-bookkeeping; the dispatcher the numbering of instruction sets and what the worker is expected
-to confirm; the assigner ``desired`` — so a report on the hot path touches one object.
+Each field has one owner, the only part that writes it (`OWNERS`; tests/unit/test_layers.py
+checks it over the code): the registry the identity, incarnation and liveness; the intake the
+clocks of the reports it read and the settled digest; the dispatcher the numbering of
+instruction sets; the reconciler what the worker is expected to confirm. Here are only the
+fields' first values and read-only helpers, so a report on the hot path touches one object.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from corral.common.wire.protocol import Status
+
+OWNERS: dict[str, tuple[str, ...]] = {
+    "registry": ("active", "conflict", "contender", "drained", "id", "identity", "incarnation",
+                 "last_probe", "prev_incarnation", "refused", "silence_tick", "status"),
+    "intake": ("clock_offset", "digest", "last_received", "last_seq", "seen_sent_at"),
+    "dispatch": ("got_reset", "last_sent_at", "out_seq"),
+    "reconciler": ("expect", "expect_seq", "expect_since", "mismatch_since", "resend_wait"),
+}
 
 
 class WorkerRecord:
-    """One worker, as known from its reports. Mutable; owned by the registry.
+    """One worker, as known from its reports. Mutable; created by the registry.
 
     ``active`` turns False when its timeout fires (no report for lease + margin) and True when
     it reports again. Instruction sets to it are numbered ``out_seq`` within this epoch and
@@ -21,38 +29,14 @@ class WorkerRecord:
     reports having applied it, its running set is not judged.
     """
 
-    __slots__ = (
-        "active",
-        "clock_offset",
-        "conflict",
-        "contender",
-        "desired",
-        "digest",
-        "drained",
-        "expect",
-        "expect_seq",
-        "expect_since",
-        "got_reset",
-        "id",
-        "identity",
-        "incarnation",
-        "last_probe",
-        "last_received",
-        "last_sent_at",
-        "last_seq",
-        "mismatch_since",
-        "out_seq",
-        "prev_incarnation",
-        "refused",
-        "resend_wait",
-        "seen_sent_at",
-        "silence_tick",
-        "status",
-    )
+    __slots__ = tuple(sorted(f for fields in OWNERS.values() for f in fields))
 
     def __init__(self, status: Status, identity: bytes, now: float) -> None:
+        # registry
         self.id = status.worker
-        self.last_received = now
+        self.identity = identity
+        self.incarnation = status.incarnation
+        self.status = status  # the last report whose content changed
         self.active = True
         self.silence_tick = -1  # the tick its silence is judged at (Registry); -1: none
         self.drained = False
@@ -61,45 +45,26 @@ class WorkerRecord:
         # nothing until this one is known to be gone (see Registry). (identity, status)
         self.contender: tuple[bytes, Status] | None = None
         self.last_probe = -1e18
-        # The assigner's live view of the tasks this worker should run (placement's own set).
-        self.desired: Mapping[str, None] = {}
         self.refused: dict[int, None] = {}
         self.prev_incarnation = 0
-        self.new_incarnation(status, identity, now)
-
-    def new_incarnation(self, status: Status, identity: bytes, now: float) -> None:
-        """Per-incarnation state starts over (a restarted worker process)."""
-        self.incarnation = status.incarnation
-        # The least (our clock at reading) - (its clock at sending) seen: a report's send time
-        # on our clock is at most its sent_at + this (see `sent_time`). Its clock is its own
-        # process's: it starts over with the incarnation.
-        self.clock_offset = now - status.sent_at
-        self.identity = identity
-        # The last report whose content changed; a settled worker's later reports (same
-        # digest) only move last_seq and seen_sent_at, the ones lease answers echo.
-        self.status = status
+        # intake: a settled worker's later reports (same digest) only move these clocks. The
+        # clock offset is the least (our clock at reading) - (its clock at sending) seen: a
+        # report's send time on our clock is at most its sent_at + this (see `sent_time`).
+        self.last_received = now
         self.last_seq = status.seq
         self.seen_sent_at = status.sent_at
+        self.clock_offset = now - status.sent_at
         self.digest: int | None = None
-        self.contender = None
-        self.reset_numbering()
-
-    def reset_numbering(self) -> None:
-        """Instruction sets start over: a new incarnation, or a new epoch (HA promotion)."""
+        # dispatch
         self.out_seq = 0
         self.last_sent_at = -1e18
+        self.got_reset = False
+        # reconciler
         self.expect_seq = 0
         self.expect: tuple[int, int] = (0, 0)  # (epoch, expect_seq): applied >= it means done
         self.expect_since = 0.0
         self.mismatch_since: float | None = None
-        self.got_reset = False
-        self.resend_wait = 0.0  # the reconciler's: its first wait, doubled per resend
-        self.digest = None
-
-    def heard(self, sent_at: float, now: float) -> None:
-        """A report sent at ``sent_at`` (its clock) was read at ``now`` (ours)."""
-        if now - sent_at < self.clock_offset:
-            self.clock_offset = now - sent_at
+        self.resend_wait = 0.0  # its first wait, doubled per resend
 
     def sent_time(self) -> float:
         """When its latest report was sent, on our clock (at most one least delay late). Under

@@ -126,12 +126,8 @@ class Registry:
         self.changes += 1
         prev = rec.status
         rec.status = st
-        rec.last_seq = st.seq
-        rec.seen_sent_at = st.sent_at
-        rec.heard(st.sent_at, now)
-        # The timeout is re-armed lazily: it fires at the old deadline, sees this later report
-        # and moves itself to last_received + lease + margin. Same deadline, no timer work here.
-        rec.last_received = now
+        # The timeout is re-armed lazily: it fires at the old deadline, sees the later report
+        # (the intake moved last_received) and moves itself on. No timer work here.
         if not rec.active:
             self._revive(rec, now)
             return Outcome.REVIVED
@@ -156,8 +152,10 @@ class Registry:
         self.changes += 1
         was_active = rec.active
         rec.prev_incarnation = rec.incarnation
-        rec.new_incarnation(st, identity, now)
-        rec.last_received = now
+        rec.incarnation = st.incarnation
+        rec.identity = identity
+        rec.status = st
+        rec.contender = None
         self._counters.restarts += 1
         if not was_active:
             self._revive(rec, now)
@@ -233,7 +231,6 @@ class Registry:
             return False
         rec.silence_tick = -1
         rec.active = False
-        rec.digest = None
         self.active -= 1
         self.changes += 1
         self._counters.lease_expiries += 1
@@ -254,7 +251,7 @@ class Registry:
             self.generation += 1
             self.changes += 1
 
-    def reset_numbering(self) -> None:
-        """A new epoch (HA promotion): every worker's instruction sets start over."""
-        for rec in self.records.values():
-            rec.reset_numbering()
+    def set_drained(self, rec: WorkerRecord, drained: bool) -> None:
+        """An operator drained (or undrained) the worker."""
+        rec.drained = drained
+        self.changes += 1

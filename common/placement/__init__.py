@@ -13,7 +13,8 @@ from .placement import Placement
 from .reconcile import Correction, correction, resolve_claims
 from .shapes import TaskShape
 from .verdicts import Assigned, Outlook
+from .view import PlacementView
 
 __all__ = ["LEAST_UTILIZED", "PROPORTIONAL", "STRATEGIES", "Assigned", "Correction", "Diff",
-           "Mode", "Move", "Outlook", "Placement", "TaskShape", "WorkerDiff", "correction",
-           "resolve_claims"]
+           "Mode", "Move", "Outlook", "Placement", "PlacementView", "TaskShape", "WorkerDiff",
+           "correction", "resolve_claims"]

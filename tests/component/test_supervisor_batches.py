@@ -145,7 +145,7 @@ def test_passes_wait_while_a_budget_of_hand_offs_is_in_flight() -> None:
     a, b = ModelWorker("a", max_load=12), ModelWorker("b", max_load=12)
     start(h, a, b)
     c = h.add(ModelWorker("c", max_load=12))
-    conv = h.core.converge
+    conv = h.core.rebalancing
     # a and b do not report: the tasks they hand over stay pinned (their stops unconfirmed).
     h.until(lambda: len(h.core.assigner.handoffs.pinned) >= 2, limit=8.0, silent=(a, b))
     passes = h.core.counters.rebalance_moves

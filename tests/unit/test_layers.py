@@ -129,3 +129,85 @@ def test_no_import_cycles() -> None:
         if v not in index:
             strongconnect(v)
     assert cycles == []
+
+
+# -- the supervisor's and the worker's state machines -----------------------------------------
+
+STATE_MACHINES = [
+    *(f"supervisor/{n}.py" for n in (
+        "assigner", "changes", "core", "counters", "dispatch", "effects", "events", "failures",
+        "feed", "handoffs", "intake", "lifecycle", "queries", "rebalancing", "rebuild",
+        "reconciler", "records", "registry", "role", "taskbook", "verbs", "views")),
+    *(str(p.relative_to(ROOT)) for n in ("state", "events", "assembly", "sets")
+      for p in [ROOT / "worker" / f"{n}.py"] if p.exists()),
+]
+NO_IO = {"threading", "socket", "zmq", "time", "asyncio", "subprocess", "selectors"}
+
+
+def test_state_machine_modules_do_no_io_and_know_nothing_of_ha() -> None:
+    """The daemons are thin loops around pure `handle(event, now) -> actions` machines: these
+    modules import no threads, sockets or clocks, and nothing of the etcd election."""
+    problems = []
+    for rel in STATE_MACHINES:
+        path = ROOT / rel
+        module = _module(path)
+        tree = ast.parse(path.read_text(), rel)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                names = []
+            problems += [f"{rel}:{node.lineno} imports {n}" for n in names
+                         if n.split(".")[0] in NO_IO]
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                problems += [f"{rel}:{node.lineno} imports {t}" for t in _targets(module, node)
+                             if t == "corral.supervisor.ha"]
+    assert problems == []
+
+
+def _written(targets: list[ast.expr]) -> list[ast.Attribute]:
+    """The attributes an assignment writes (``a.b = …``, ``a.b, c.d = …``), not those its
+    subscripts or values only read."""
+    out: list[ast.Attribute] = []
+    for t in targets:
+        if isinstance(t, ast.Attribute):
+            out.append(t)
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            out += _written(list(t.elts))
+        elif isinstance(t, ast.Starred):
+            out += _written([t.value])
+    return out
+
+
+def test_each_worker_record_field_is_written_by_its_owner_only() -> None:
+    from corral.supervisor.records import OWNERS
+
+    owner_of = {f: part for part, fields in OWNERS.items() for f in fields}
+    problems = []
+    for path in sorted((ROOT / "supervisor").glob("*.py")):
+        if path.name == "records.py":  # the first values
+            continue
+        part = path.stem
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            for sub in _written(targets):
+                if (sub.attr in owner_of and owner_of[sub.attr] != part
+                        and not (isinstance(sub.value, ast.Name) and sub.value.id == "self")):
+                    problems.append(f"supervisor/{path.name}:{sub.lineno} writes {sub.attr} "
+                                    f"(owned by {owner_of[sub.attr]})")
+    assert problems == []
+
+
+def test_every_record_field_has_one_owner() -> None:
+    from corral.supervisor.records import OWNERS, WorkerRecord
+
+    fields = [f for fs in OWNERS.values() for f in fs]
+    assert len(fields) == len(set(fields))
+    assert set(fields) == set(WorkerRecord.__slots__)
+    assert set(OWNERS) <= {p.stem for p in (ROOT / "supervisor").glob("*.py")}
