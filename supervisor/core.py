@@ -105,7 +105,7 @@ class SupervisorCore:
             if self._read(event, now):
                 self._joins_seen(now)
                 return self._flush(now)
-            return self.effects.take()
+            return _NONE if self.effects.holding else self.effects.take()
         if type(event) is BatchStart:  # every action waits for `BatchEnd`, in order
             self.effects.hold()
             self.assigner.defer()

@@ -42,6 +42,8 @@ from .records import WorkerRecord
 from .registry import Outcome, Registry
 
 _EMPTY_MAP = encoded({})
+_NO_FAILURES = StatusGlance.__struct_defaults__[  # the glance's own object for an absent map
+    StatusGlance.__struct_fields__.index("failures") - len(StatusGlance.__struct_fields__)]
 _SAME_PROCESS = (Outcome.REVIVED, Outcome.CHANGED, Outcome.UNCHANGED)
 
 
@@ -63,6 +65,7 @@ class Intake:
         self._effects = effects
         self._changes = effects.changes  # one for the effects' life
         self._curve = bool(config.authorized_keys)
+        self._record = registry.records.get  # the registry keeps one dict for its life
 
     def unsettle(self, rec: WorkerRecord) -> None:
         """Read ``rec``'s next report in full: what it should run, or its state, changed."""
@@ -76,9 +79,12 @@ class Intake:
         is not compared: a settled worker has applied every set with content (so later ones
         are renewals), and each renewal would otherwise break the fast path for the next."""
         self._counters.reports += 1
-        if isinstance(ev, RawReport):
+        if type(ev) is RawReport:
             st: Status | StatusGlance = ev.glance
-            running_b, failures_b = bytes(ev.glance.running), bytes(ev.glance.failures)
+            running_b = bytes(st.running)
+            # Most workers have no failing task: their reports leave the map out.
+            failures = st.failures
+            failures_b = _EMPTY_MAP if failures is _NO_FAILURES else bytes(failures)
         else:
             st = ev.status
             running_b = encoded(st.running) if st.running else _EMPTY_MAP
@@ -86,7 +92,7 @@ class Intake:
         if self._curve and ev.key_name != st.worker:
             self._unauthorized(ev.identity, ev.key_name, st.worker, st.incarnation)
             return False
-        rec = self._registry.records.get(st.worker)
+        rec = self._record(st.worker)
         if rec is not None:
             # A hash kept on the record, not the fields: fewer objects touched per report.
             digest = hash((ev.identity, st.incarnation, st.state, st.max_load, st.serve,
@@ -105,7 +111,7 @@ class Intake:
                 return False
         else:
             digest = None
-        if isinstance(ev, RawReport):  # not the report it sent last time: read it all
+        if type(ev) is RawReport:  # not the report it sent last time: read it all
             try:
                 full = Report(ev.identity, decode_as(ev.frame, Status), ev.key_name)
             except ProtocolError as exc:
