@@ -26,6 +26,7 @@ class Counters:
     lease_expiries: int = 0  # workers whose timeout fired
     stalls: int = 0  # steps so long that silence was counted again from their end
     foreign_epochs: int = 0  # reports showing a newer epoch than ours while running
+    epoch_claims_refused: int = 0  # epochs a worker claimed that the fleet did not back
     assignment_events: int = 0
     tasks_moved: int = 0  # replicas started somewhere new
     rebalance_moves: int = 0  # replicas moved to balance the load (make-before-break)

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from corral.common.errors import ConfigError
+from corral.common.wire.protocol import MAX_STATE_EPOCH
 
 
 def load(path: Path) -> int:
@@ -21,13 +22,15 @@ def load(path: Path) -> int:
         return 0
     except OSError as exc:
         raise ConfigError("state_file", f"cannot read {path}: {exc.strerror}") from None
-    if not text.isdigit():
-        raise ConfigError("state_file", f"{path} holds {text[:40]!r}, not an epoch number; "
-                                        "fix or delete it")
+    if not text.isdigit() or len(text) > 20 or int(text) >= MAX_STATE_EPOCH:
+        raise ConfigError("state_file", f"{path} holds {text[:40]!r}, not an epoch number "
+                                        f"below {MAX_STATE_EPOCH}; fix or delete it")
     return int(text)
 
 
 def save(path: Path, epoch: int) -> None:
+    if not 0 < epoch <= MAX_STATE_EPOCH:  # the core never holds one out of range; say so
+        raise ValueError(f"epoch {epoch} is outside 1..{MAX_STATE_EPOCH}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")

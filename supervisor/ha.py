@@ -35,10 +35,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from corral.common.errors import ConfigError
+from corral.common.wire.protocol import HA_EPOCH_BASE
 
 from .role import Role
 
-HA_EPOCH_BASE = 1 << 40
 MIN_TTL = 2.0  # etcd grants at least 2 s
 
 

@@ -28,6 +28,7 @@ from corral.common.wire.protocol import (
 )
 
 from .assigner import Assigner
+from .claims import EpochClaims
 from .config import SupervisorConfig
 from .counters import Counters
 from .dispatch import Dispatch
@@ -40,6 +41,15 @@ from .rebalancing import Rebalancing
 from .reconciler import Reconciler
 from .records import WorkerRecord
 from .registry import Outcome, Registry
+
+
+def _peer(rec: WorkerRecord) -> dict[str, str]:
+    """Where a report came from, for a log line: its connection and serve address."""
+    out = {"connection": rec.identity.hex()}
+    if rec.status.serve:
+        out["serve"] = rec.status.serve
+    return out
+
 
 _EMPTY_MAP = encoded({})
 _NO_FAILURES = StatusGlance.__struct_defaults__[  # the glance's own object for an absent map
@@ -66,6 +76,7 @@ class Intake:
         self._changes = effects.changes  # one for the effects' life
         self._curve = bool(config.authorized_keys)
         self._record = registry.records.get  # the registry keeps one dict for its life
+        self._claims = EpochClaims()
 
     def unsettle(self, rec: WorkerRecord) -> None:
         """Read ``rec``'s next report in full: what it should run, or its state, changed."""
@@ -79,11 +90,12 @@ class Intake:
         is not compared: a settled worker has applied every set with content (so later ones
         are renewals), and each renewal would otherwise break the fast path for the next."""
         self._counters.reports += 1
-        if type(ev) is RawReport:
-            st: Status | StatusGlance = ev.glance
-            running_b = bytes(st.running)
+        st: Status | StatusGlance
+        if isinstance(ev, RawReport):
+            st = glance = ev.glance
+            running_b = bytes(glance.running)
             # Most workers have no failing task: their reports leave the map out.
-            failures = st.failures
+            failures = glance.failures
             failures_b = _EMPTY_MAP if failures is _NO_FAILURES else bytes(failures)
         else:
             st = ev.status
@@ -111,7 +123,7 @@ class Intake:
                 return False
         else:
             digest = None
-        if type(ev) is RawReport:  # not the report it sent last time: read it all
+        if isinstance(ev, RawReport):  # not the report it sent last time: read it all
             try:
                 full = Report(ev.identity, decode_as(ev.frame, Status), ev.key_name)
             except ProtocolError as exc:
@@ -249,22 +261,34 @@ class Intake:
 
     def _notice_epochs(self, rec: WorkerRecord) -> None:
         """A lost state file must not make workers ignore us: before anything of substance
-        was said, the epoch rises above any a worker has seen."""
+        was said, the epoch rises above what the fleet has seen — as far as the fleet backs it
+        (`EpochClaims`), never on one peer's word and never out of range."""
         st = rec.status
-        seen = max(st.applied[0], token_epoch(max(st.running.values(), default=0)))
+        token = token_epoch(max(st.running.values(), default=0))
+        seen = max(st.applied[0], token)
         life = self._life
         if seen < life.epoch or (seen == life.epoch and life.content_sent):
             return  # ours (a worker that was away and is back), or older
-        epoch = life.raise_epoch(seen)
+        if self._config.ha or life.content_sent:
+            self._counters.foreign_epochs += 1
+            if self._config.ha:
+                return  # a deposed or a new leader's sets: the election decides who leads
+            self._effects.log("error", "a worker applied a newer epoch: is another "
+                              "supervisor running?", {"worker": rec.id, "epoch": seen,
+                                                      "ours": life.epoch, **_peer(rec)})
+            return
+        backed = self._claims.backed(rec.identity, st.applied[0], token)
+        epoch = life.raise_epoch(backed) if backed >= life.epoch else None
         if epoch is not None:
             self._effects.persist_epoch(epoch)
             self._effects.log("warning", "epoch raised above what workers have seen",
                               {"epoch": epoch})
-        elif not self._config.ha:
-            self._counters.foreign_epochs += 1
-            self._effects.log("error", "a worker applied a newer epoch: is another "
-                              "supervisor running?",
-                              {"worker": rec.id, "epoch": seen, "ours": life.epoch})
+        if seen >= life.epoch:
+            self._counters.epoch_claims_refused += 1
+            self._effects.log("warning", "refused to raise the epoch on this worker's word: "
+                              "no task runs under it and no other worker backs it, or it is "
+                              "out of range", {"worker": rec.id, "claimed": seen,
+                                               "ours": life.epoch, **_peer(rec)})
 
     def _refuse(self, identity: bytes, incarnation: int, code: str, reason: str) -> None:
         if self._life.leader:

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from enum import Enum, StrEnum
 
+from corral.common.wire.protocol import MAX_STATE_EPOCH
+
 from .role import Role
 
 
@@ -103,10 +105,11 @@ class Lifecycle:
         self.content_sent = True
 
     def raise_epoch(self, seen: int) -> int | None:
-        """A worker has seen epoch ``seen``. Before anything of substance was said, the epoch
-        rises above it (a lost state file must not make workers ignore us): the new epoch, or
-        None when nothing changes. With HA the epoch is etcd's token and never moves here."""
-        if seen < self.epoch or self.ha or self.content_sent:
+        """The fleet has seen epoch ``seen``. Before anything of substance was said, the epoch
+        rises above it (a lost state file must not make workers ignore us), never past
+        MAX_STATE_EPOCH: the new epoch, or None when nothing changes. With HA the epoch is
+        etcd's token and never moves here."""
+        if seen < self.epoch or self.ha or self.content_sent or seen >= MAX_STATE_EPOCH:
             return None
         self.epoch = seen + 1
         return self.epoch

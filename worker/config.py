@@ -22,7 +22,8 @@ from corral.cli.logs import LEVELS
 from corral.cli.settings import KINDS, Setting, positive, resolve
 from corral.common.errors import ConfigError
 from corral.common.wire.codec import MAX_ID_CHARS
-from corral.common.wire.protocol import MAX_LABELS
+from corral.common.wire.ids import bad_char, check_id
+from corral.common.wire.protocol import MAX_LABELS, MAX_LOAD
 
 DEFAULT_MAX_LOAD = 10.0
 # Reports between changes only keep the lease: one every half of it, each answered by a renewal
@@ -141,9 +142,16 @@ def _endpoints(v: Any) -> str | None:
 
 
 def _worker_id(v: Any) -> str | None:
+    ch = bad_char(v) if v else None
+    if ch is not None:
+        return f"holds {ch}, which no id may hold"
     if not v or len(v) > MAX_ID_CHARS or v != v.strip():
         return f"must be 1 to {MAX_ID_CHARS} characters without surrounding spaces"
     return None
+
+
+def _max_load(v: Any) -> str | None:
+    return None if 0 < v <= MAX_LOAD else f"must be above 0 and at most {MAX_LOAD:g}"
 
 
 _ZONE_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -166,6 +174,9 @@ def _label(key: Any, value: Any) -> str | None:
                 f"(at most {MAX_ID_CHARS})")
     if not isinstance(value, str):
         return f"label {key}: expected a string value, got {value!r} (quote it)"
+    why = check_id(value, f"label {key}: the value")
+    if why is not None:
+        return why
     if not value or len(value) > MAX_ID_CHARS or value != value.strip() or "," in value:
         return (f"label {key}: the value must be 1 to {MAX_ID_CHARS} characters, without "
                 "surrounding spaces or ','")
@@ -229,8 +240,8 @@ SETTINGS: tuple[Setting, ...] = (
             metavar="tcp://HOST:PORT[,…]"),
     Setting("id", "str", None, "this worker's id [default: the host name]", _worker_id,
             metavar="ID"),
-    Setting("max_load", "number", DEFAULT_MAX_LOAD, "capacity, in task-cost units", positive,
-            metavar="N"),
+    Setting("max_load", "number", DEFAULT_MAX_LOAD, f"capacity, in task-cost units (above 0, "
+            f"at most {MAX_LOAD:g})", _max_load, metavar="N"),
     Setting("handler", "str", None, "what runs a task: log, exec or python:module:Class "
             "(required)", _handler_spec, metavar="HANDLER"),
     Setting("exec", "str", None, 'the command of the exec handler, e.g. "recorder --room '

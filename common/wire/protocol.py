@@ -32,10 +32,28 @@ MAX_SPEC_BYTES = 64 * 1024  # one task's spec, as JSON text
 MAX_LABELS = 64
 MAX_PARTS = 65_536  # parts of one instruction set
 MAX_UINT = 2**63 - 1
-MAX_NUMBER = 1e15
+MAX_NUMBER = 1e15  # times (seconds of a monotonic clock) and other plain numbers
+MAX_LOAD = 100_000.0  # a worker's max_load: half the tasks one report can list
+MAX_UTILIZATION = 1e3  # a serving worker's utilization (may exceed 1 with several cores)
+MAX_RATE = 1e12  # a serving worker's qps and errors per second
+
+# -- fencing tokens ----------------------------------------------------------------------------
+# A token is the supervisor's epoch in the high bits and a per-task assignment counter in the
+# low ones, so it only grows for a task across owners, epochs and supervisor restarts: every
+# new epoch is larger than the last, and within one the counter counts up. An epoch is at most
+# MAX_EPOCH, so that every token fits the wire's 63 bits; HA leaders' epochs start at
+# HA_EPOCH_BASE (above any a state file may hold: MAX_STATE_EPOCH).
+TOKEN_BITS = 22  # up to ~4 million assignments of one task within one supervisor epoch
+MAX_EPOCH = MAX_UINT >> TOKEN_BITS  # 2**41 - 1
+HA_EPOCH_BASE = 1 << 40
+MAX_STATE_EPOCH = HA_EPOCH_BASE - (1 << 20) - 1  # room for a million restarts below HA's
 
 UInt = Annotated[int, msgspec.Meta(ge=0, le=MAX_UINT)]
 Num = Annotated[float, msgspec.Meta(ge=0, le=MAX_NUMBER)]
+Epoch = Annotated[int, msgspec.Meta(ge=0, le=MAX_EPOCH)]
+Load = Annotated[float, msgspec.Meta(ge=0, le=MAX_LOAD)]
+Utilization = Annotated[float, msgspec.Meta(ge=0, le=MAX_UTILIZATION)]
+Rate = Annotated[float, msgspec.Meta(ge=0, le=MAX_RATE)]
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)]
 Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT_CHARS)]
 Zone = Annotated[str, msgspec.Meta(max_length=MAX_ID_CHARS)]
@@ -46,21 +64,17 @@ Labels = Annotated[dict[Id, Id], msgspec.Meta(max_length=MAX_LABELS)]
 Specs = Annotated[dict[Id, SpecText], msgspec.Meta(max_length=MAX_TASKS)]
 ReplyCode = Literal["ok", "not_owner", "error"]
 
-# -- fencing tokens ----------------------------------------------------------------------------
-# A token is the supervisor's epoch in the high bits and a per-task assignment counter in the
-# low ones, so it only grows for a task across owners, epochs and supervisor restarts: every
-# new epoch is larger than the last, and within one the counter counts up.
-TOKEN_BITS = 22  # up to ~4 million assignments of one task within one supervisor epoch
-
-
 def make_token(epoch: int, n: int) -> int:
-    """The fencing token of a task's ``n``-th assignment under ``epoch``.
+    """The fencing token of a task's ``n``-th assignment under ``epoch``; ValueError for an
+    epoch out of range (its tokens would not fit the wire).
 
     >>> make_token(3, 1) > make_token(2, 4_000_000) > make_token(2, 1)
     True
     >>> token_epoch(make_token(7, 12))
     7
     """
+    if not 0 <= epoch <= MAX_EPOCH:
+        raise ValueError(f"epoch {epoch} is outside 0..{MAX_EPOCH}")
     return (epoch << TOKEN_BITS) | min(n, (1 << TOKEN_BITS) - 1)
 
 
@@ -106,13 +120,13 @@ class Status(_Message, frozen=True):
     incarnation: UInt
     seq: UInt
     sent_at: Num
-    max_load: Num
+    max_load: Load
     running: TaskMap
     state: WorkerState = WorkerState.READY
-    utilization: Num = 0.0
-    qps: Num = 0.0
-    errors: Num = 0.0
-    applied: tuple[UInt, UInt] = (0, 0)
+    utilization: Utilization = 0.0
+    qps: Rate = 0.0
+    errors: Rate = 0.0
+    applied: tuple[Epoch, UInt] = (0, 0)
     serve: Id | None = None
     failures: TaskMap = msgspec.field(default_factory=dict)
     lease_held: bool = False
@@ -131,13 +145,13 @@ class StatusGlance(_Message, frozen=True):
     incarnation: UInt
     seq: UInt
     sent_at: Num
-    max_load: Num
+    max_load: Load
     running: msgspec.Raw
     state: WorkerState = WorkerState.READY
-    utilization: Num = 0.0
-    qps: Num = 0.0
-    errors: Num = 0.0
-    applied: tuple[UInt, UInt] = (0, 0)
+    utilization: Utilization = 0.0
+    qps: Rate = 0.0
+    errors: Rate = 0.0
+    applied: tuple[Epoch, UInt] = (0, 0)
     serve: Id | None = None
     failures: msgspec.Raw = msgspec.Raw(b"\x80")  # an empty map
     lease_held: bool = False
@@ -160,7 +174,7 @@ class Instructions(_Message, frozen=True):
     ``(epoch, seq)``, numbered by ``part`` from 0; the worker applies it when it has them all.
     """
 
-    epoch: UInt
+    epoch: Epoch
     seq: UInt
     incarnation: UInt
     lease: Num
@@ -183,7 +197,7 @@ class Renewal(_Message, frozen=True):
     (The fields repeat `Instructions`' first six on purpose: the two must encode alike, which
     tests/unit/test_protocol.py checks.)"""
 
-    epoch: UInt
+    epoch: Epoch
     seq: UInt
     incarnation: UInt
     lease: Num
@@ -194,7 +208,7 @@ class Renewal(_Message, frozen=True):
 class Refusal(_Message, frozen=True):
     """The supervisor will not accept this worker incarnation (``code`` says why)."""
 
-    epoch: UInt
+    epoch: Epoch
     incarnation: UInt
     code: Id
     reason: Text
@@ -252,7 +266,9 @@ class Reply(_Message, frozen=True):
     code: ReplyCode = "ok"
     body: Any = None
     error: Text | None = None
-    version: tuple[UInt, UInt] = (0, 0)
+    version: tuple[Epoch, UInt] = (0, 0)
+    # Any number the wire carries: the client ignores (and counts) figures no real load
+    # produces, and still takes the reply (`LoadReport.checked`).
     qps: Num = 0.0
     utilization: Num = 0.0
     errors: Num = 0.0

@@ -38,6 +38,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import TaskSourceError
+from .ids import FORBIDDEN, check_id
 from .protocol import MAX_ID_CHARS, MAX_LABELS, MAX_NUMBER, MAX_SPEC_BYTES
 
 MAX_TASKS = 1_000_000
@@ -154,6 +155,9 @@ def _require(value: Any, where: str) -> dict[str, str]:
             if not isinstance(part, str) or not part or len(part) > MAX_ID_CHARS:
                 raise TaskSourceError(f"{where}: {what} must be a non-empty string of at most "
                                       f"{MAX_ID_CHARS} characters, got {part!r:.60}")
+            why = check_id(part, what)
+            if why is not None:
+                raise TaskSourceError(f"{where}: {why}")
     return dict(value)
 
 
@@ -181,7 +185,10 @@ def _id(value: Any, where: str) -> str:
             f"{where}: a task id must be a non-empty string of at most {MAX_ID_CHARS} "
             f"characters, got {value!r:.60}"
         )
-    if value != value.strip() or "\n" in value:
+    why = check_id(value, "task id")
+    if why is not None:
+        raise TaskSourceError(f"{where}: {why}")
+    if value != value.strip():
         raise TaskSourceError(f"{where}: task id {value!r:.60} has surrounding whitespace")
     return value
 
@@ -261,9 +268,27 @@ def parse_entry_json(task: str, text: str, what: str = "task") -> TaskEntry:
     return _mapped(task, data, where)[1]
 
 
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused if it names a key twice (json keeps the last one silently: a
+    task listed twice would be the second entry, restarted with its spec)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
+
+
+class _Duplicate(Exception):
+    pass
+
+
 def _loads_json(text: str, what: str) -> Any:
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except _Duplicate as exc:
+        raise TaskSourceError(f"{what}: key {exc.args[0]!r:.60} appears twice in one object "
+                              "(a task id may be listed once)") from None
     except json.JSONDecodeError as exc:
         raise TaskSourceError(f"{what}: not valid JSON: {exc}") from None
     except RecursionError:
@@ -278,7 +303,8 @@ def parse_lines(text: str, what: str = "task list") -> dict[str, TaskEntry]:
     # instead of ~1.5 s of a task-source thread holding the GIL (the supervisor's loop waits
     # for it after every receive); in chunks, so that no single call holds it for long.
     # Anything wrong goes the long way, for its error.
-    if len(ids) > MAX_TASKS or max(map(len, ids), default=0) > MAX_ID_CHARS:
+    if (len(ids) > MAX_TASKS or max(map(len, ids), default=0) > MAX_ID_CHARS
+            or FORBIDDEN.search("".join(ids))):
         return normalize(ids, what)
     out: dict[str, TaskEntry] = {}
     for i in range(0, len(ids), _CHUNK):

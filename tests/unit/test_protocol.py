@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from corral.common.errors import ProtocolError
-from corral.common.wire import codec
+from corral.common.wire import codec, protocol
 from corral.common.wire.protocol import (
     PROTOCOL_VERSION,
     ControlError,
@@ -29,10 +29,17 @@ from corral.common.wire.protocol import (
 V = PROTOCOL_VERSION
 ids = st.text(min_size=1, max_size=20)
 uints = st.integers(min_value=0, max_value=codec.MAX_UINT)
-numbers = st.one_of(
-    st.integers(min_value=0, max_value=10**12),
-    st.floats(min_value=0, max_value=1e12, allow_nan=False, allow_infinity=False),
-)
+def _upto(bound: float) -> st.SearchStrategy[float]:
+    return st.one_of(st.integers(min_value=0, max_value=int(bound)),
+                     st.floats(min_value=0, max_value=bound, allow_nan=False,
+                               allow_infinity=False))
+
+
+numbers = _upto(1e12)
+loads = _upto(protocol.MAX_LOAD)
+utilizations = _upto(protocol.MAX_UTILIZATION)
+rates = _upto(protocol.MAX_RATE)
+epochs = st.integers(min_value=0, max_value=protocol.MAX_EPOCH)
 task_maps = st.dictionaries(ids, uints, max_size=8)
 task_lists = st.lists(ids, max_size=8).map(tuple)
 plain = st.recursive(
@@ -48,20 +55,20 @@ statuses = st.builds(
     incarnation=uints,
     seq=uints,
     sent_at=numbers,
-    max_load=numbers,
+    max_load=loads,
     running=task_maps,
     state=st.sampled_from(WorkerState),
-    utilization=numbers,
-    qps=numbers,
-    errors=numbers,
-    applied=st.tuples(uints, uints),
+    utilization=utilizations,
+    qps=rates,
+    errors=rates,
+    applied=st.tuples(epochs, uints),
     serve=st.none() | ids,
     failures=task_maps,
     lease_held=st.booleans(),
 )
 instructions = st.builds(
     Instructions,
-    epoch=uints,
+    epoch=epochs,
     seq=uints,
     incarnation=uints,
     lease=numbers,
@@ -71,7 +78,8 @@ instructions = st.builds(
     add=task_lists,
     remove=task_lists,
 )
-refusals = st.builds(Refusal, epoch=uints, incarnation=uints, code=ids, reason=st.text(max_size=50))
+refusals = st.builds(Refusal, epoch=epochs, incarnation=uints, code=ids,
+                     reason=st.text(max_size=50))
 requests = st.builds(
     ControlRequest,
     request_id=uints,
@@ -98,7 +106,7 @@ serve_replies = st.builds(
     code=st.sampled_from(["ok", "not_owner", "error"]),
     body=bodies,
     error=st.none() | st.text(max_size=50),
-    version=st.tuples(uints, uints),
+    version=st.tuples(epochs, uints),
     qps=numbers,
     utilization=numbers,
     errors=numbers,
@@ -374,7 +382,7 @@ def test_fuzz_requests_and_replies_only_give_protocol_errors_or_messages() -> No
     assert outcomes["error"] > 2_000 and outcomes["valid"] > 100, outcomes
 
 
-@given(uints, uints, uints, numbers, uints, numbers)
+@given(epochs, uints, uints, numbers, uints, numbers)
 def test_a_renewal_is_an_empty_instruction_set_on_the_wire(
         epoch: int, seq: int, incarnation: int, lease: float, answers_seq: int,
         answers_sent_at: float) -> None:
