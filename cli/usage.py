@@ -1,7 +1,9 @@
-"""Command-line usage errors as one clear line: every corral command's click group.
+"""Command-line usage errors as one clear line: every corral command's click group or command.
 
 click's default for a bad flag or value is three lines (Usage, Try, Error). corral's contract
 for bad input is one line naming what is wrong, and exit status 2, like a configuration error.
+`OneLineErrors` is the class of the CLIs with subcommands; `OneLineCommand` of those without
+(``corral-dashboard``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 import click
 
 
-class OneLineErrors(click.Group):
+class OneLineCommand(click.Command):
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: Any = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
         try:
@@ -28,6 +30,10 @@ class OneLineErrors(click.Group):
             click.echo("Aborted.", err=True)
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+class OneLineErrors(OneLineCommand, click.Group):
+    """`OneLineCommand`'s errors for a group of subcommands."""
 
 
 # Every corral command: -h as well as --help, and help text wrapped at 100 columns.

@@ -1,4 +1,5 @@
-"""corral's client library: the control-channel client and the request `Router`.
+"""corral's client library: the control-channel client and the request `Router`
+(docs/routing.md; `corralctl`: docs/supervisor.md).
 
 Importable by any program; it needs only `corral.common`::
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     """`Router` and `RouterConfig` are imported when first asked for: the router pulls in the
     balancer core, which `corralctl` (a control client, started for every command) never
-    uses — it took a third of the command's start (≈ 80 of 260 ms, measured)."""
+    uses and would spend a third of its start time importing."""
     if name in ("Router", "RouterConfig"):
         from . import router
 

@@ -1,6 +1,7 @@
 """The control-channel client: one implementation for `corralctl`, the `Router`'s map and the
 dashboard. It speaks to a supervisor's control endpoint (one request, one reply, over a DEALER)
-and, given several endpoints (HA), finds the leader and follows it.
+and, given several endpoints (HA), finds the leader and follows it (docs/supervisor.md,
+"corralctl" and "High availability").
 
     from corral.client import ControlClient
 

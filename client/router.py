@@ -1,6 +1,5 @@
 """The client side of request routing: send a request to the worker that should answer it.
-
-::
+docs/routing.md ("The client") has its settings, failures and counters. ::
 
     from corral.client import Router, RouterConfig
 
@@ -9,20 +8,17 @@
         router.call_key("user-42", {"op": "get"}) # tasks are partitions: key -> task by hash ring
         router.call_any({"op": "ping"})           # to any worker of this client's subset
 
-Importable by any program (it needs only `corral.common`). ``control`` may list several
-supervisors (HA): the map comes from the leader, found and followed by the `ControlClient`,
-and calls go on from the last map held while the router looks for it. With CurveZMQ on the
-control endpoint, give the key files as for ``corralctl``. One Router serves one
-thread: calls are synchronous, and a program that wants requests in parallel uses one Router
-per thread. The map comes from the supervisor's ``map`` verb, refreshed by version at the first
-call after ``refresh_interval`` and at once when a worker answers ``not_owner`` — the call is
-then retried once, elsewhere if the map allows. Owners of a task are picked by
-`corral.common.balancer.replicas.ReplicaChooser`; ``call_any`` by the balancer core's
-`Balancer` over this client's subset of the serving workers. Both take the policy (``rr``,
-``llrr``, ``wrr``, ``p2c``, …) and learn from every reply: its load report feeds weighted round
-robin, its
-lame-duck flag stops new requests to that worker. A send that finds no live connection marks
-the worker *refusing* (tried again after ``refused_retry``) and goes elsewhere.
+The map comes from the supervisor's ``map`` verb (the leader's under HA, found and followed by
+the `ControlClient`; calls go on from the last map held meanwhile), refreshed by version at the
+first call after ``refresh_interval`` and at once when a worker answers ``not_owner`` — the call
+is then retried once, elsewhere if the map allows; nothing else is retried. A task's owners are
+picked by `corral.common.balancer.replicas.ReplicaChooser`, ``call_any`` by the `Balancer` over
+this client's subset of the serving workers, both by the policy (``rr``, ``llrr``, ``wrr``, …);
+every reply's load report and lame-duck flag feed both, and a send that finds no live
+connection marks the worker *refusing* (tried again after ``refused_retry``). Importable by any
+program (it needs only `corral.common`); one Router serves one thread, calls are synchronous
+(requests in parallel: one Router per thread). With CurveZMQ on the control endpoint, give
+the key files as for ``corralctl``.
 
 Nothing queues without bound: at most ``max_active`` requests per worker in flight from this
 client on each path (a timed-out request counts until its late reply or ``forget_after``), and

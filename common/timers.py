@@ -1,62 +1,10 @@
-"""The supervisor's low-precision timers: a hashed timer wheel for every deadline that can be
-cancelled or replaced, and lazy timers for the many that only ever move later.
+"""The supervisor's low-precision timers (docs/supervisor.md, "Lifecycle"): a hashed timer wheel,
+`TimerWheel`, for every deadline that can be cancelled or replaced, and `LazyTimers` for the
+many that only ever move later (a worker's silence).
 
-## TimerWheel
-
-The seed's two kinds of registration:
-
-* **timeout** — one-shot, at an absolute time; rescheduled (re-armed) every time its owner
-  reports, which is O(1): the entry moves from one slot to another.
-* **poll** — periodic, every ``interval`` seconds. It re-arms itself from its previous deadline
-  (``deadline + k * interval``), never from the time it was noticed, so it does not drift. If
-  the clock jumped over several periods it fires once and skips the missed ones.
-
-A registration due at time ``t`` fires at the first tick boundary at or after ``t``: never
-early, at most one tick late. Time is always a parameter (`expire(now)`); the wheel never reads
-a clock, so tests drive it with a fake one.
-
-    >>> w = TimerWheel(tick=0.5, now=0.0)
-    >>> w.schedule_timeout("worker-1", at=3.2)
-    >>> w.schedule_poll("query", interval=10.0, first_at=10.0)
-    >>> w.next_deadline()
-    3.5
-    >>> [f.key for f in w.expire(3.4)]
-    []
-    >>> [f.key for f in w.expire(3.5)]
-    ['worker-1']
-    >>> [(f.key, f.deadline) for f in w.expire(25.0)]
-    [('query', 10.0)]
-    >>> w.deadline("query")
-    30.0
-
-## LazyTimers
-
-Deadlines without cancel or replace, for many keys that are re-armed all the time.
-
-`TimerWheel` keeps one entry per key, so that a key can be replaced or cancelled; a fire there
-sorts, builds a record and moves an entry (measured: ~9 us per fire and re-arm at 100,000
-keys). A worker's silence needs none of that: its deadline only moves later, and its owner
-checks, when the old deadline comes, whether it reported since (then it arms the new one).
-Here arming is one list append into the bucket of its tick, and `expire` hands back the keys
-of every bucket that came due (~0.7 us per fire and re-arm, measured).
-
-A key armed twice comes out twice, at both ticks; the owner decides which one counts (the
-supervisor's registry keeps the tick a worker is armed for: one that comes out while it is
-armed for a later tick is ignored). A deadline
-at ``t`` comes out at the first tick boundary at or after ``t``: never early, at most one tick
-late, as on the wheel. Time is always a parameter.
-
-    >>> t = LazyTimers(tick=0.5, now=0.0)
-    >>> t.arm("w1", 3.2), t.arm("w2", 1.0), t.arm("w1", 4.0)
-    (7, 2, 8)
-    >>> t.next_deadline()
-    1.0
-    >>> t.expire(3.4)
-    ['w2']
-    >>> t.expire(10.0)
-    ['w1', 'w1']
-    >>> t.next_deadline() is None
-    True
+Both fire a deadline ``t`` at the first tick boundary at or after ``t``: never early, at most
+one tick late. Time is always a parameter (``expire(now)``); neither reads a clock, so tests
+drive them with a fake one.
 """
 
 from __future__ import annotations
@@ -107,11 +55,32 @@ class _Entry:
 
 
 class TimerWheel(Generic[K]):
-    """A hashed timer wheel: ``slots`` buckets of ``tick`` seconds each.
+    """A hashed timer wheel: ``slots`` buckets of ``tick`` seconds each, with the seed's two
+    kinds of registration:
+
+    * **timeout** — one-shot, at an absolute time; rescheduled (re-armed) every time its owner
+      reports, which is O(1): the entry moves from one slot to another.
+    * **poll** — periodic, every ``interval`` seconds. It re-arms itself from its previous
+      deadline (``deadline + k * interval``), never from the time it was noticed, so it does not
+      drift. If the clock jumped over several periods it fires once and skips the missed ones.
 
     Schedule, reschedule and cancel are O(1); `expire` costs O(ticks elapsed + fired), bounded
     by one sweep of the wheel however far the clock jumped. Keys share one namespace: scheduling
     a key that is already registered replaces its registration.
+
+        >>> w = TimerWheel(tick=0.5, now=0.0)
+        >>> w.schedule_timeout("worker-1", at=3.2)
+        >>> w.schedule_poll("query", interval=10.0, first_at=10.0)
+        >>> w.next_deadline()
+        3.5
+        >>> [f.key for f in w.expire(3.4)]
+        []
+        >>> [f.key for f in w.expire(3.5)]
+        ['worker-1']
+        >>> [(f.key, f.deadline) for f in w.expire(25.0)]
+        [('query', 10.0)]
+        >>> w.deadline("query")
+        30.0
     """
 
     def __init__(self, tick: float, now: float, slots: int = 512) -> None:
@@ -244,6 +213,32 @@ class TimerWheel(Generic[K]):
 
 
 class LazyTimers(Generic[K]):
+    """Deadlines without cancel or replace, for many keys that are re-armed all the time.
+
+    Arming is one list append into the bucket of its tick, and `expire` hands back the keys of
+    every bucket that came due: about a tenth of what a `TimerWheel` fire and re-arm costs
+    (there one entry per key is kept so that it can be replaced or cancelled, and a fire sorts,
+    builds a record and moves an entry). A worker's silence needs no more: its deadline only
+    moves later, and its owner checks, when the old deadline comes, whether it reported since
+    (then it arms the new one).
+
+    A key armed twice comes out twice, at both ticks; the owner decides which one counts (the
+    supervisor's registry keeps the tick a worker is armed for: one that comes out while it is
+    armed for a later tick is ignored).
+
+        >>> t = LazyTimers(tick=0.5, now=0.0)
+        >>> t.arm("w1", 3.2), t.arm("w2", 1.0), t.arm("w1", 4.0)
+        (7, 2, 8)
+        >>> t.next_deadline()
+        1.0
+        >>> t.expire(3.4)
+        ['w2']
+        >>> t.expire(10.0)
+        ['w1', 'w1']
+        >>> t.next_deadline() is None
+        True
+    """
+
     def __init__(self, tick: float, now: float) -> None:
         if not tick > 0:
             raise ValueError(f"tick must be > 0, got {tick!r}")

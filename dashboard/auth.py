@@ -1,4 +1,4 @@
-"""Who may act: the operator token, sent in a header.
+"""Who may act: the operator token, sent in a header (docs/dashboard.md, "Security").
 
 Actions (drain, undrain, query now) exist only when the dashboard was started with
 ``--token-file``, and each request must carry that token in the ``X-Corral-Token`` header (or

@@ -1,19 +1,22 @@
 """`corral-dashboard`: parse, set up logging, serve the page until SIGTERM or SIGINT.
 
-Usage errors are one line and exit status 2; a port that cannot be bound, exit status 1.
+A thin click command like the other CLIs: flags, then ``CORRAL_*`` environment variables, then
+the defaults shown in ``--help``. Usage errors are one line and exit status 2; a port that
+cannot be bound, exit status 1. `load` turns a command line into the checked `DashboardConfig`.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
+
+import click
 
 from corral.cli import logs
+from corral.cli.usage import CONTEXT, OneLineCommand
 from corral.client import ControlClient, CurveKeys
 from corral.client.control import DEFAULT_CONTROL, parse_endpoints
 from corral.common.errors import ConfigError
@@ -50,52 +53,52 @@ class DashboardConfig:
     follow: FollowConfig
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    def add_usage(self, usage: Any, actions: Any, groups: Any, prefix: str | None = None) -> None:
-        super().add_usage(usage, actions, groups, prefix or "Usage: ")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        print(f"{PROG}: {message}", file=sys.stderr)
+@click.command(PROG, cls=OneLineCommand, context_settings=CONTEXT, help=DESCRIPTION)
+@click.option("--control", envvar="CORRAL_CONTROL", default=DEFAULT_CONTROL,
+              metavar="ENDPOINT[,ENDPOINT…]",
+              help="the supervisor's control endpoint; with HA, every supervisor's, separated by "
+              f"commas: the leader is followed [default: {DEFAULT_CONTROL}] (env CORRAL_CONTROL)")
+@click.option("--listen", envvar="CORRAL_DASHBOARD_LISTEN", default=DEFAULT_LISTEN,
+              metavar="HOST:PORT", help=f"where the page is served [default: {DEFAULT_LISTEN}, "
+              "loopback only] (env CORRAL_DASHBOARD_LISTEN)")
+@click.option("--token-file", envvar="CORRAL_DASHBOARD_TOKEN_FILE", metavar="FILE",
+              help="enable actions: the operator token is this file's first line (at least 8 "
+              "characters); without it the page is read-only [default: none] "
+              "(env CORRAL_DASHBOARD_TOKEN_FILE)")
+@click.option("--curve-server-key", envvar="CORRAL_CURVE_SERVER_KEY", metavar="FILE",
+              help="CurveZMQ: the supervisor's NAME.key, when its control endpoint is protected "
+              "(--control-keys) [default: none] (env CORRAL_CURVE_SERVER_KEY)")
+@click.option("--curve-secret-key", envvar="CORRAL_CURVE_SECRET_KEY", metavar="FILE",
+              help="CurveZMQ: the dashboard's NAME.key_secret (its NAME.key in the supervisor's "
+              "--control-keys) [default: none] (env CORRAL_CURVE_SECRET_KEY)")
+@click.option("--timeout", type=float, default=3.0, metavar="SECONDS",
+              help="seconds to wait for a supervisor's answer (per endpoint) [default: 3]")
+@click.option("--events-every", type=float, default=1.0, metavar="SECONDS",
+              help="how often the change feed is asked [default: 1]")
+@click.option("--status-every", type=float, default=2.0, metavar="SECONDS",
+              help="how often the status is asked [default: 2]")
+@click.option("--listing-budget", type=float, default=0.01, metavar="SHARE",
+              help="share of the supervisor's time the complete worker listings may take; they "
+              "are paced by their own cost [default: 0.01]")
+@click.option("--log-level", envvar="CORRAL_LOG_LEVEL", type=click.Choice(logs.LEVELS),
+              default="info", help="log level [default: info] (env CORRAL_LOG_LEVEL)")
+@click.option("--log-json/--no-log-json", default=None,
+              help="JSON log lines [default: when stderr is not a terminal]")
+def main(**options: Any) -> None:
+    try:
+        cfg = _checked(options)
+    except ConfigError as exc:
+        click.echo(f"{PROG}: {exc.message}", err=True)
         sys.exit(2)
+    logs.configure(cfg.log_level, cfg.log_json)
+    try:
+        sock = socket.create_server((cfg.host, cfg.port), reuse_port=False)
+    except OSError as exc:
+        click.echo(f"{PROG}: cannot listen on {cfg.host}:{cfg.port}: {exc.strerror}", err=True)
+        sys.exit(1)
+    from .web import serve  # aiohttp: imported only once the arguments are good
 
-
-def parser() -> argparse.ArgumentParser:
-    env = os.environ.get
-    p = _Parser(prog=PROG, description=DESCRIPTION, formatter_class=_Formatter)
-    p.add_argument("--control", default=env("CORRAL_CONTROL", DEFAULT_CONTROL),
-                   metavar="ENDPOINT[,ENDPOINT…]",
-                   help="the supervisor's control endpoint; with HA, every supervisor's, "
-                   f"separated by commas: the leader is followed [default: {DEFAULT_CONTROL}] "
-                   "(env CORRAL_CONTROL)")
-    p.add_argument("--listen", default=env("CORRAL_DASHBOARD_LISTEN", DEFAULT_LISTEN),
-                   metavar="HOST:PORT", help=f"where the page is served [default: "
-                   f"{DEFAULT_LISTEN}, loopback only] (env CORRAL_DASHBOARD_LISTEN)")
-    p.add_argument("--token-file", default=env("CORRAL_DASHBOARD_TOKEN_FILE"), metavar="FILE",
-                   help="enable actions: the operator token is this file's first line "
-                   "(at least 8 characters); without it the page is read-only "
-                   "(env CORRAL_DASHBOARD_TOKEN_FILE)")
-    p.add_argument("--curve-server-key", default=env("CORRAL_CURVE_SERVER_KEY"),
-                   metavar="FILE", help="CurveZMQ: the supervisor's NAME.key, when its control "
-                   "endpoint is protected (--control-keys) (env CORRAL_CURVE_SERVER_KEY)")
-    p.add_argument("--curve-secret-key", default=env("CORRAL_CURVE_SECRET_KEY"),
-                   metavar="FILE", help="CurveZMQ: the dashboard's NAME.key_secret (its "
-                   "NAME.key in the supervisor's --control-keys) (env CORRAL_CURVE_SECRET_KEY)")
-    p.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS",
-                   help="seconds to wait for a supervisor's answer (per endpoint) [default: 3]")
-    p.add_argument("--events-every", type=float, default=1.0, metavar="SECONDS",
-                   help="how often the change feed is asked [default: 1]")
-    p.add_argument("--status-every", type=float, default=2.0, metavar="SECONDS",
-                   help="how often the status is asked [default: 2]")
-    p.add_argument("--listing-budget", type=float, default=0.01, metavar="SHARE",
-                   help="share of the supervisor's time the complete worker listings may "
-                   "take; they are paced by their own cost [default: 0.01]")
-    p.add_argument("--log-level", default=env("CORRAL_LOG_LEVEL", "info"),
-                   choices=logs.LEVELS, help="log level [default: info]")
-    p.add_argument("--log-json", action=argparse.BooleanOptionalAction, default=None,
-                   help="JSON log lines [default: when stderr is not a terminal]")
-    return p
+    serve(cfg, sock, ControlClient(list(cfg.control), curve=cfg.curve, timeout=cfg.timeout))
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -106,38 +109,29 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 def load(argv: Sequence[str] | None = None) -> DashboardConfig:
-    """The configuration from the command line; `ConfigError` with a sentence if unusable."""
-    a = parser().parse_args(argv)
+    """The configuration from the command line; `ConfigError` with a sentence if unusable
+    (click's `UsageError` for a flag it cannot parse)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    with main.make_context(PROG, args) as ctx:
+        return _checked(ctx.params)
+
+
+def _checked(a: dict[str, Any]) -> DashboardConfig:
+    """The parsed options as a `DashboardConfig`, after the checks click cannot make."""
     for name in ("timeout", "events_every", "status_every"):
-        if not getattr(a, name) > 0:
+        if not a[name] > 0:
             raise ConfigError(name, f"--{name.replace('_', '-')} must be above 0")
-    if not 0 < a.listing_budget <= 1:
+    if not 0 < a["listing_budget"] <= 1:
         raise ConfigError("listing_budget", "--listing-budget must be above 0 and at most 1")
-    host, port = parse_listen(a.listen)
+    host, port = parse_listen(a["listen"])
     curve = None
-    if a.curve_server_key or a.curve_secret_key:
-        if not (a.curve_server_key and a.curve_secret_key):
+    server_key, secret_key = a["curve_server_key"], a["curve_secret_key"]
+    if server_key or secret_key:
+        if not (server_key and secret_key):
             raise ConfigError("curve", "--curve-server-key and --curve-secret-key go together")
-        curve = CurveKeys.load(a.curve_server_key, a.curve_secret_key)
-    token = auth.load_token(a.token_file) if a.token_file else None
-    follow = FollowConfig(events_every=a.events_every, status_every=a.status_every,
-                          budget=a.listing_budget)
-    return DashboardConfig(parse_endpoints(a.control), host, port, curve, token, a.timeout,
-                           a.log_level, a.log_json, follow)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    try:
-        cfg = load(argv)
-    except ConfigError as exc:
-        print(f"{PROG}: {exc.message}", file=sys.stderr)
-        sys.exit(2)
-    logs.configure(cfg.log_level, cfg.log_json)
-    try:
-        sock = socket.create_server((cfg.host, cfg.port), reuse_port=False)
-    except OSError as exc:
-        print(f"{PROG}: cannot listen on {cfg.host}:{cfg.port}: {exc.strerror}", file=sys.stderr)
-        sys.exit(1)
-    from .web import serve  # aiohttp: imported only once the arguments are good
-
-    serve(cfg, sock, ControlClient(list(cfg.control), curve=cfg.curve, timeout=cfg.timeout))
+        curve = CurveKeys.load(server_key, secret_key)
+    token = auth.load_token(a["token_file"]) if a["token_file"] else None
+    follow = FollowConfig(events_every=a["events_every"], status_every=a["status_every"],
+                          budget=a["listing_budget"])
+    return DashboardConfig(parse_endpoints(a["control"]), host, port, curve, token, a["timeout"],
+                           a["log_level"], a["log_json"], follow)

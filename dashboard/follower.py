@@ -1,4 +1,5 @@
-"""Following the supervisor with one control client, at a cost it hardly notices.
+"""Following the supervisor with one control client, at a cost it hardly notices
+(docs/dashboard.md, "How it follows the supervisor" and "Cost").
 
 - the change feed: ``events`` after the cursor about once a second (at once again while a page
   comes back full); a ``missed`` answer, a new leader (another endpoint answers) or a feed that

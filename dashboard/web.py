@@ -1,4 +1,4 @@
-"""The HTTP side: the page, its JSON API and the event stream (aiohttp).
+"""The HTTP side: the page, its JSON API and the event stream (aiohttp; docs/dashboard.md).
 
 - ``GET /``: the page (static HTML, CSS and JavaScript from the package);
 - ``GET /api/stream``: Server-Sent Events: a ``snapshot`` first, then ``events``, ``fleet``,

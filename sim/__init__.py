@@ -1,1 +1,1 @@
-"""Simulations of the balancer core (corral-sim)."""
+"""Simulations of the balancer core (corral-sim; docs/balancer.md, "corral-sim")."""

@@ -2,7 +2,7 @@
 
 Each client runs a real `corral.common.balancer.Balancer` (the same code a worker embeds) with
 one policy; the backends are multi-core FIFO servers on machines of different speeds (see
-`corral.sim.fleet` for the world and where its numbers come from). Backends report
+`corral.sim.world` for the world and where its numbers come from). Backends report
 their successful qps, CPU utilization and errors per second every ``report_period`` seconds,
 averaged over the last ``report_window`` seconds, to the clients that use them (``wrr`` builds
 its weights from these; the other policies ignore them).

@@ -1,4 +1,5 @@
-"""The world the policy simulation runs in: backends, clients, query costs.
+"""The world the policy simulation runs in: backends, clients, query costs (docs/balancer.md,
+"corral-sim", has the results).
 
 Every number here is an *input*, taken from what SRE chapter 20 says about its datacenters —
 none is chosen to make a policy look good or bad, and none encodes a result:

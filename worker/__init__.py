@@ -1,1 +1,2 @@
-"""The corral worker agent: reports its state, applies instruction sets, runs tasks."""
+"""The corral worker agent: reports its state, applies instruction sets, runs tasks
+(docs/worker.md)."""

@@ -1,4 +1,5 @@
 """Instruction sets that travel in parts: put back together, exactly once, or not at all. Pure.
+(The wire side: docs/protocol.md, "Instructions".)
 
 A big set (a reset of thousands of tasks) comes as ``parts`` frames sharing one ``(epoch, seq)``,
 numbered by ``part`` from 0, each with the same lease fields, the same ``reset`` and a slice of

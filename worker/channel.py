@@ -1,6 +1,6 @@
 """The worker's end of the supervisor connection: one DEALER (docs/protocol.md).
 
-Socket options, and why (see NOTES.md "ZeroMQ"):
+Socket options, and why (docs/worker.md, "Reports", tells the same for operators):
 
 * ``ROUTING_ID`` = first 200 bytes of the UTF-8 worker id + ``@`` + incarnation in hex: unique
   per process, so a restarted worker never collides with its dead predecessor's connection.
@@ -10,15 +10,14 @@ Socket options, and why (see NOTES.md "ZeroMQ"):
 * ``LINGER=0``: closing never hangs on undeliverable messages (only the very last report gets
   a short, bounded linger in `close`).
 * ``MAXMSGSIZE``: a peer cannot make the worker buffer more than one maximal frame.
-* No ZMTP heartbeats: they cost the supervisor more than the reports (measured: a PING a second
-  per worker took its I/O thread ~16 us each, 0.35 of a core at 10,000 workers against 0.16
-  without). The kernel finds a half-open connection instead, at no cost between reports:
-  ``TCP_MAXRT`` (Linux's TCP_USER_TIMEOUT) drops a connection whose sent report stays
-  unacknowledged for `UNACKED_TIMEOUT_MS` (the supervisor's host vanished, or a partition
-  either way: acknowledgements come back on the same path), and TCP keepalive probes one that
-  stays idle (which a reporting worker never is). What TCP cannot see (a middlebox that
-  acknowledges and holds) the lease does: the loop reopens every connection when it has stayed
-  lapsed for half a lease (`Channel.reopen_all`).
+* No ZMTP heartbeats: a ping a second per worker costs the supervisor more than all the reports
+  (docs/operations.md, "Sizing"). The kernel finds a half-open connection instead, at no cost
+  between reports: ``TCP_MAXRT`` (Linux's TCP_USER_TIMEOUT) drops a connection whose sent
+  report stays unacknowledged for `UNACKED_TIMEOUT_MS` (the supervisor's host vanished, or a
+  partition either way: acknowledgements come back on the same path), and TCP keepalive probes
+  one that stays idle (which a reporting worker never is). What TCP cannot see (a middlebox
+  that acknowledges and holds) the lease does: the loop reopens every connection when it has
+  stayed lapsed for half a lease (`Channel.reopen_all`).
 * Reconnecting is libzmq's, with a capped interval — except after a protocol error (a frame
   over ``MAXMSGSIZE``, a broken handshake), where libzmq gives the connection up for good. So a
   socket that has taken no report for `REOPEN_AFTER_S` is closed and opened again (same routing

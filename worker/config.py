@@ -37,8 +37,8 @@ SHORT_LEASE_FRACTION = 1 / 4
 FIRST_REPORT_INTERVAL = 1.0
 # A lease that stays lapsed this long (half of it: the supervisor had a report interval to
 # answer) opens the connections again (`events.Reconnect`). Not at the lapse itself: most
-# lapses are a supervisor restart, whose new process answers the next report on the
-# connection there is, and a chaos run caught a reopen then leaving a worker unheard.
+# lapses are a supervisor restart, whose new process answers the next report on the connection
+# there is (docs/operations.md, "What chaos runs found").
 RECONNECT_FRACTION_OF_LEASE = 1 / 2
 MIN_REPORT_INTERVAL, MAX_REPORT_INTERVAL = 0.1, 60.0
 DEFAULT_DRAIN_TIMEOUT = 30.0

@@ -1,4 +1,5 @@
-"""The task journal: one JSON line per task start and stop, for checking overlaps afterwards.
+"""The task journal: one JSON line per task start and stop, for checking overlaps afterwards
+(docs/operations.md, "Checking it").
 
     {"t": 12345.678, "event": "start", "task": "room-7", "worker": "w1", "token": 4194305,
      "spec": "015abd7f5cc5"}

@@ -1,4 +1,5 @@
-"""The lease keeper process: ends the agent's ``exec`` tasks when the agent cannot.
+"""The lease keeper process: ends the agent's ``exec`` tasks when the agent cannot
+(docs/worker.md, "The lease keeper", for operators).
 
 Run by `corral.worker.keeper.KeeperLink` as ``python -I -S keeperproc.py FD GRACE POLICY JOURNAL
 WORKER`` — the standard library only (it imports nothing of corral, so it starts in a few

@@ -1,4 +1,5 @@
-"""The worker's I/O loop: one thread around the pure `WorkerMachine`.
+"""The worker's I/O loop: one thread around the pure `WorkerMachine` (docs/worker.md, "The
+state machine").
 
 Each turn: wait in one `zmq.Poller` (the DEALER and the read end of a self-pipe) until the
 next deadline — report, lease expiry, drain timeout, restart backoff, ready-after, a pending

@@ -1,4 +1,5 @@
-"""The ``exec`` handler: one process group per task, and never an orphan.
+"""The ``exec`` handler: one process group per task, and never an orphan (docs/worker.md,
+"exec", for operators).
 
 ``--exec "recorder --room {task} --url {spec.stream.url}"`` is split once with `shlex` and
 run without a shell; every ``{task}`` inside an argument is replaced by the task id and every

@@ -1,4 +1,5 @@
-"""Request serving: the worker's ROUTER at ``--serve``, with the ownership double-check.
+"""Request serving: the worker's ROUTER at ``--serve``, with the ownership double-check
+(docs/routing.md, "Serving").
 
 Each request, drained with NOBLOCK (at most DRAIN_LIMIT per wake-up), is answered at once:
 

@@ -1,4 +1,5 @@
-"""Backend health, flow control and the panic threshold, as one client sees its subset.
+"""Backend health, flow control and the panic threshold, as one client sees its subset
+(docs/balancer.md, "Backend health, flow control, panic").
 
 `BackendTable` turns three things into the picker's per-slot ``eligible`` flags:
 

@@ -1,25 +1,18 @@
 """The client-side balancer: subset + health + flow control + picker, behind a small API.
-
-::
+docs/balancer.md ("Balancer") shows it in use and lists its defaults. ::
 
     balancer = Balancer(BalancerConfig(picker="wrr", subset_size=20), backends, client=7,
                         clock=time.monotonic)          # the caller supplies the clock
-    with balancer.pick() as request:
+    with balancer.pick() as request:                   # or: acquire(now) ... release(...)
         reply = send(request.backend, ...)
         request.report = LoadReport(reply.qps, reply.utilization, reply.eps)  # optional
-    # leaving the block records the outcome (an exception is a failure), the latency and any
-    # load report; `request.fail()` marks a failure without raising.
 
-Code that keeps many requests in flight at once (the simulator, an event loop) uses the
-explicit form, with times it passes in::
-
-    request = balancer.acquire(now)
-    ...
-    balancer.release(request, now, ok=True, report=None)
-
-The balancer never reads a clock itself: `pick` calls the ``clock`` given to it, and
-`acquire` / `release` take ``now``. Randomness comes from ``random.Random(config.seed ^ client)``
-unless an ``rng`` is passed in.
+Leaving the block records the outcome (an exception is a failure; `Request.fail` marks one
+without raising), the latency and any load report. Code that keeps many requests in flight (an
+event loop, the simulator) calls ``acquire(now)`` and ``release(request, now, ok, report)``.
+The balancer never reads a clock itself: `pick` calls the ``clock`` given to it, and `acquire`
+/ `release` take ``now``. Randomness comes from ``random.Random(config.seed ^ client ×
+0x9E3779B1)`` unless an ``rng`` is passed in.
 
 Whatever it is given — backend lists with duplicates or none at all, any load report, any
 time — `acquire` returns a backend of the subset that may take the request (see

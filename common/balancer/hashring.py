@@ -1,25 +1,16 @@
 """Consistent hashing with virtual nodes and weights, and an optional bound on load.
+docs/balancer.md ("Hash ring") explains the choices and measures the spread.
 
-`HashRing` puts points for each node on a 64-bit ring (blake2b, so the ring is the same in
-every process); a key belongs to the node of the first point at or after the key's hash. The
-lightest node gets ``vnodes`` points and every other node points in proportion to its weight
-(as Envoy's ring hash scales its ring to the smallest weight), so only the ratios of the
-weights matter. Adding or removing a node of weight w moves only the keys that node gains or
-loses — about w / Σw of them — and no key moves between two other nodes. 160 points for the
-lightest node keep the spread of load to a few percent.
+`HashRing`: blake2b points on a 64-bit ring (the same in every process); a key belongs to the
+node of the first point at or after its hash. The lightest node gets ``vnodes`` points and the
+others points in proportion to their weights, all scaled down together past ``max_points``
+(default 2¹⁸). Adding or removing a node moves only the keys that node gains or loses, unless
+it moves the lightest weight or the scale. Weights must be finite and positive; a node listed
+twice counts once (``duplicates`` counts the repeats).
 
-The ring holds at most ``max_points`` (default 2¹⁸) points, so that no weights can make it
-too big to build: when the points would pass the cap, every node's are scaled by the same
-factor to fit (rounded down, at least one each), which keeps the shares in proportion. A
-weight change that moves the lightest weight or the scale changes every node's points, and
-keys then move between other nodes too (those on the points added or dropped). Weights must be
-finite and positive; a node listed twice counts once (``duplicates`` counts the repeats).
-
-`BoundedLoad` places keys one at a time with consistent hashing with bounded loads (Mirrokni,
-Thorup and Zadimoghaddam, 2018): no node takes more than ⌈c × its fair share⌉ keys, where the
-fair share is the keys placed so far times the node's weight fraction and c > 1; a key whose
-node is full goes on clockwise to the next node with room. A small c evens load at the cost of
-more keys away from their first choice (and more movement when nodes change).
+`BoundedLoad` (consistent hashing with bounded loads, Mirrokni et al. 2018) places keys one at
+a time with no node above ⌈c × its fair share⌉, c > 1: a key whose node is full goes on
+clockwise to the next node with room.
 
 Both raise `EmptyRing` (a `LookupError`) when asked to place a key on a ring with no nodes.
 

@@ -35,10 +35,10 @@ class LeastLoaded(Picker):
     would leave an entry there that goes stale at its release, nearly once per request. When
     the queue at ``_min`` does run out, `_rise` finds the new least load among the eligible
     slots and queues every slot at it (those queued there already first, then the others in a
-    rotating order): O(eligible slots), and all of them are served before the next such scan.
-    Measured with 2n requests in flight, released in or out of order: no scan in 100,000
-    picks after the first 2n. The costly case is one eligible slot far below the rest (a
-    backend that just recovered): a scan per pick until it catches up.
+    rotating order): O(eligible slots), and all of them are served before the next such scan,
+    so in steady use scans are rare (docs/balancer.md, "Pickers"). The costly case is one
+    eligible slot far below the rest (a backend that just recovered): a scan per pick until it
+    catches up.
 
     ``_level[i]`` is slot i's load if it is eligible, and its load − `_OFF` (below every
     queue) if not. An entry in queue L is live while its slot's level is L; the entry a slot

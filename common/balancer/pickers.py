@@ -9,23 +9,16 @@ numbers its owner (`corral.common.balancer.backends.BackendTable`) feeds it:
 
 `pick` returns a slot and counts the request as started, or -1 when no slot is eligible. It never
 returns an ineligible slot. Every pick is O(1) or O(log n): the owner calls the notification
-methods on every change instead of the picker scanning all slots per request. A pick plus its
-release is the cost of every request, so the structures are chosen to keep that path short
-(docs/balancer.md has the measured costs): ``p2c`` and ``random`` take a path with no
-eligibility checks while every slot is eligible; ``llrr`` keeps its slots in queues per load.
+methods on every change instead of the picker scanning all slots per request, since a pick
+plus its release is the cost of every request. `PICKERS` (docs/balancer.md, "Pickers",
+describes each, its structures and its measured cost):
 
-=============  ==========================================================================
-``rr``         round robin over the eligible slots.
-``llrr``       least-loaded round robin: round robin among the slots with the fewest active
-               requests, counting recent errors as active requests so that a backend that
-               fails fast does not look idle and sinkhole traffic.
-``llrr-naive`` the same without counting errors: the chapter's pitfall, kept to show it.
-``wrr``        weighted round robin, as an earliest-deadline-first schedule: slot i's next
-               turn is due 1/w_i after its last, and a heap yields the earliest (O(log n)).
-``p2c``        power of two choices: two distinct random slots, the less loaded one wins
-               (load = active + recent errors, as for llrr).
-``random``     a uniformly random eligible slot.
-=============  ==========================================================================
+* ``rr`` — round robin over the eligible slots;
+* ``llrr`` — round robin among the least loaded, recent errors counted as load (no sinkhole);
+* ``llrr-naive`` — the same without counting errors: the chapter's pitfall, kept to show it;
+* ``wrr`` — weighted round robin as an earliest-deadline-first schedule (a heap, O(log n));
+* ``p2c`` — the less loaded (active + recent errors) of two distinct random slots;
+* ``random`` — a uniformly random eligible slot.
 
 `Picker` (in `corral.common.balancer.picker`) is the state they all keep; ``llrr`` and
 ``llrr-naive`` live in `corral.common.balancer.least_loaded`. Example::

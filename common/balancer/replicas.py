@@ -1,4 +1,5 @@
-"""Which owner of a task gets a request: the client's policy over the task's few owners.
+"""Which owner of a task gets a request: the client's policy over the task's few owners
+(docs/routing.md, "The client").
 
 A task has one owner, or a few replicas; unlike ``call_any``'s subset (the `Balancer`), the
 candidates change from request to request, so what the client knows about each worker — its

@@ -1,54 +1,24 @@
-"""Subsetting: which backends each client keeps connections to (SRE book, chapter 20).
+"""Subsetting: which ``subset_size`` (K) of the B backends each client connects to (SRE book,
+chapter 20). docs/balancer.md ("Subsetting") explains the algorithms and measures their spread
+and churn.
 
-A client connects to ``subset_size`` (K) of the B backends, not to all of them. Three
-algorithms, all pure functions of (backends, client index, K, seed):
+`ALGORITHMS`, each a pure function of (backends, client index, K, seed):
 
-``random``
-    Each client shuffles the backends once and takes the first K healthy ones. The shuffle is
-    kept as a per-client random key per backend (rendezvous hashing), so a resize only inserts
-    or removes the changed backends in each client's order instead of reshuffling it. Cheap and
-    low-churn, but the connections per backend spread widely (binomially).
+* ``random`` — the first K (healthy) backends of a per-client rendezvous order: least churn,
+  a binomial spread;
+* ``deterministic`` — the chapter's ``Subset()``: connections per backend differ by at most
+  one, but any change of B moves nearly every connection;
+* ``low-churn`` — lots of ``lot_size`` clients (a power of two), each lot on its own
+  rendezvous ring, client j starting at its van der Corput point: a near-even spread, churn
+  the ideal plus about 1/(3K) per resize;
+* ``stable`` — low-churn with its starts placed within `STABLE_ARCS` arcs of the ring: less
+  churn over repeated resizes, a looser spread.
 
-``deterministic``
-    The chapter's ``Subset()``: clients are grouped into rounds of ``B / K`` consecutive
-    indexes; every round shuffles the backends with the round as the seed and hands each client
-    of the round its own K-slice, so within a round every backend is used exactly once. We read
-    the rounds as one stream of shuffles, client i taking stream positions [iK, iK + K): when K
-    divides B this is exactly the chapter's algorithm, and when it does not, a client whose
-    slice straddles two shuffles still gets K *distinct* backends (the next shuffle is repaired
-    so that its head avoids the tail of the previous one) and every backend still appears once
-    per shuffle — so connections per backend differ by at most one. Its weakness: changing B
-    changes every shuffle, so nearly every connection moves.
-
-``low-churn``
-    After "Reinventing Backend Subsetting at Google" (ACM Queue 2022: lots, Ringsteady).
-    Clients form *lots* of ``lot_size`` (a power of two) consecutive indexes. Each lot orders
-    the backends by a per-lot rendezvous hash — a random order per lot (diversity: a failed
-    backend's load spreads over different neighbours in each lot) that a resize changes only by
-    inserting or deleting the changed backends. Client j of a lot starts at position
-    ``vdc(j) × B`` of that order, where vdc is the binary van der Corput sequence (bit-reversed
-    j), and takes the next K backends round the ring. The starts of a full lot are evenly
-    spaced, so within a lot every backend is covered ⌊lot_size·K/B⌋ or ⌈lot_size·K/B⌉ times,
-    and any prefix of a lot (a partial last lot, or gaps in the client indexes) is spread
-    evenly too. Client indexes need not be contiguous; they need only be distinct.
-
-    Its churn on a resize is the ideal plus about 1/(3K): a start measured in ranks moves when
-    B does, and ranks shift after an inserted or removed backend, so about a third of the
-    clients slide their window by one backend although they did not need to. Over many small
-    resizes that adds up (30 one-backend scale-ups of 300 backends, K = 30: about 4× the
-    minimum).
-
-``stable``
-    Low-churn with its starts measured in ranks *within arcs*: each lot's hash circle is cut
-    into `STABLE_ARCS` equal arcs; client j falls in arc ⌊vdc(j) × arcs⌋ and starts at the same
-    fraction of that arc's backends (in rank order) as its van der Corput point is of the arc,
-    then takes K backends round the lot's ring as before. A resize moves the starts of the
-    clients in the changed backend's arc only, so the needless slides drop by the number of
-    arcs (low-churn is the one-arc case). The price is balance: the arcs hold random numbers of
-    backends, so the clients per backend vary from arc to arc (docs/balancer.md measures the
-    trade-off). Removing one backend costs each client at most that backend, as long as K ≤ B
-    minus the backends of the largest arc (low-churn can cost a client whose window wraps past
-    the ring's origin a second connection).
+Every client gets min(K, B) distinct backends. Client indexes are non-negative and distinct,
+not necessarily contiguous. The backends' order as the caller lists them never matters (they
+are sorted or hashed), so clients that learnt them in different orders agree; a backend listed
+twice counts once. `assign` subsets many clients sharing the work, `subset` one;
+`connection_counts`, `churn` and `ideal_churn` measure the result.
 
 Example (12 backends, K = 3, as in the chapter — every backend gets 2 or 3 of 10 clients)::
 
@@ -56,10 +26,6 @@ Example (12 backends, K = 3, as in the chapter — every backend gets 2 or 3 of 
     >>> subsets = assign("deterministic", backends, range(10), 3)
     >>> sorted(set(connection_counts(subsets, backends).values()))
     [2, 3]
-
-Backend order never depends on the order the caller lists them in (they are sorted or hashed),
-so clients that learnt the backends in different orders agree; a backend listed twice counts
-once.
 """
 
 from __future__ import annotations
@@ -76,8 +42,8 @@ STABLE = "stable"
 ALGORITHMS = (RANDOM, DETERMINISTIC, LOW_CHURN, STABLE)
 
 DEFAULT_LOT_SIZE = 64
-STABLE_ARCS = 3  # arcs per lot for `stable`: the fewest that keep 30 one-backend scale-ups of
-# 300 backends (K = 30) within 2× the least churn; docs/balancer.md has the trade-off
+STABLE_ARCS = 3  # arcs per lot for `stable`: the fewest that keep repeated one-backend resizes
+# within 2× the least churn (docs/balancer.md has the trade-off)
 _RING = 1 << 64  # the hash circle of `_key`
 
 

@@ -1,50 +1,27 @@
 """Capability weights for weighted round robin, from what backends report about themselves.
+docs/balancer.md ("wrr's weights") explains the lifecycle, where it departs from gRPC, and why.
 
-Each backend reports, with its responses or health checks, the successful requests per second
-it serves (``qps``, from all its clients), its ``utilization`` (CPU, 0..1) and its errors per
-second (``eps``). Its capability score is ::
+In: each backend's `LoadReport` — successful ``qps`` (from all its clients), ``utilization``
+(CPU, 0..1) and errors per second ``eps`` — with the time it arrived. Out: one positive, finite
+weight per backend (`WeightTracker.weights`), the capability score ::
 
     weight = qps / (utilization + error_penalty × eps / qps)
 
-— requests served per unit of utilization, i.e. its capacity, with failures penalized. So a
-fast machine (more qps at the same utilization) gets more traffic, and a backend that fails
-fast (errors, little CPU) gets less rather than more.
+times the backend's utilization-feedback correction. Its lifecycle is gRPC's (proposal A58):
+a report without qps or utilization is *empty* and ignored (it does not keep the weight
+fresh); a weight expires ``expiry`` after the report that set it, is trusted only
+``blackout`` after the first report of its run, and starts over on `reconnected` and `forget`;
+a backend without a trusted weight gets the mean of the trusted ones (1.0 if none). corral's
+own additions: an errors-only report gives ``min_fraction`` × the mean, never zero; and
+`adjust` multiplies a backend's correction, on each *new* report only (so slow reports do not
+make it overshoot), by ``(mean utilization / its utilization) ** utilization_feedback``,
+centred on 1 and clamped to [1/max_correction, max_correction] — integral control toward equal
+utilization, which capacity alone cannot reach when other clients load the same backends.
 
-The weight lifecycle follows gRPC's weighted_round_robin (proposal A58):
-
-* an *empty* report — no qps, or no utilization figure — is ignored: the last weight stays, and
-  the report does not count as one (so it does not keep the weight fresh);
-* a weight is *fresh* until ``expiry`` seconds after the last report that set it; after that
-  the backend has no weight, and its next report starts a new blackout;
-* a weight is trusted only ``blackout`` seconds after the first report of its current run, so a
-  new, restarted or reconnected backend — whose first numbers come from little traffic — does
-  not get a flood on a noisy first report;
-* a backend that reconnects (`reconnected`: it was refusing connections and accepts them again)
-  or leaves (`forget`) starts over;
-* a backend with no trusted weight gets the mean of the trusted weights (1.0 if there are none).
-
-Where corral differs, on purpose: a report of errors only (no qps, some eps) is not empty here
-— it gives ``min_fraction`` × the mean, never zero, so a backend that fails fast gets a trickle
-(and can show that it recovered) instead of the mean; and utilization feedback (below).
-
-**No report can poison a weight.** Reports come from other processes, possibly buggy or
-hostile, so every value is checked where it comes in (`LoadReport.checked`): one that is not a
-finite number, is negative or is beyond any real figure (`MAX_RATE`, `MAX_UTILIZATION`) makes
-the tracker ignore the report; one so small that it can only be noise (below `TINY`, e.g. a
-subnormal) counts as zero. The score is checked again where it is computed, and clamped into
-[`MIN_SCORE`, `MAX_SCORE`], so sums and means of weights stay finite. Each case is counted in
-`WeightTracker.counters` (this module does no I/O, so the owner logs them if it wants to).
-
-**Utilization feedback.** A capacity score cannot see load that *other* clients put on a
-backend: with small subsets and clients of different rates, the backends shared by busy clients
-run hotter although every client splits its own traffic by capacity. So each client also keeps
-a correction factor per backend and, whenever `adjust` sees a new report, multiplies it by
-``(mean utilization of the subset / the backend's utilization) ** utilization_feedback``
-(renormalized to mean 1, clamped to [1/max_correction, max_correction]). That is integral
-control: it moves traffic until the utilizations the client sees are equal, whatever their
-cause. Only new reports move it, so reports that come slowly do not make it overshoot.
-``utilization_feedback = 0`` turns it off, leaving gRPC's capacity-only weights.
-
+No report can poison a weight: a value that is not a finite number, is negative or is beyond
+`MAX_RATE` / `MAX_UTILIZATION` makes the tracker ignore the report; one below `TINY` counts as
+zero; scores are clamped into [`MIN_SCORE`, `MAX_SCORE`], so sums of weights stay finite. Each
+case is counted in `WeightTracker.counters` (no I/O here: the owner logs them if it wants to).
 Time is a parameter (``now``); nothing here reads a clock.
 """
 

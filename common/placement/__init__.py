@@ -3,7 +3,8 @@
 The facade: code outside this package imports from here only (a test checks it); the modules
 inside are its own. `Placement` holds the desired assignment and changes it through events,
 each returning a `Diff`; `reconcile` judges what a worker reports against what it should run.
-See docs/supervisor.md ("Placement") for the criterion and the rules every change keeps.
+See docs/supervisor.md ("Balance criterion", "Failure domains and constraints") for the
+criterion and the rules every change keeps.
 """
 
 from .coverage import LEAST_UTILIZED, PROPORTIONAL, STRATEGIES

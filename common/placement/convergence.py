@@ -1,5 +1,6 @@
 """The convergence plan: the changes from here to the balanced fixed point, planned once,
-handed out in budgeted passes.
+handed out in budgeted passes (docs/supervisor.md, "Balance criterion", says what a
+convergence promises; this is how).
 
 A pass that finds the placement changed since its plan was made (any event: a join, a leave,
 a capacity or mode change, a task-list change, a rebuild, a drain, an exclusion) plans again:

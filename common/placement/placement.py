@@ -5,26 +5,22 @@ change capacity or leave; tasks are added, reshaped or removed; pending replicas
 rebalance pass is asked for. Each change returns a `Diff`: per worker, the tasks to add and to
 remove. The supervisor turns diffs into instruction sets; when workers act is its business.
 What it says about its workers and tasks — loads, owners, pending replicas and why — is
-read through ``placement.view`` (`placement_view`), which changes nothing.
+read through ``placement.view`` (a `PlacementView`), which changes nothing.
 
-**Balanced** — the criterion every convergence ends at. The utilization of a worker is the
-summed cost of the replicas it holds ÷ its max_load. A *move* takes one replica of a task t
-(cost c) from an eligible worker a to a worker b that may take it: b is eligible with
-max_load > 0, has room (load_b + c ≤ max_load_b), is not excluded from t, has every label t
-requires, holds no replica of t, and does not lower t's zone spread (b's zone key for t is no
-worse than a's, see `zones`). The placement is *balanced* with tolerance τ when no move would
-leave its target, after taking the replica, more than τ below its source:
+**Balanced** — the criterion every convergence ends at (docs/supervisor.md, "Balance
+criterion", states it in full). With u the utilization (summed cost ÷ max_load), a *move* of a
+replica of cost c from an eligible worker a to a worker b that may take it (room, labels, not
+excluded, no replica of the task yet, no lower zone spread; see `rebalance`), the placement is
+balanced with tolerance τ when
 
-    u_b + c/max_load_b ≥ u_a − τ    for every move of a replica from a to b,
+    u_b + c/max_load_b ≥ u_a − τ    for every such move,
 
-and no zone-degraded task can be repaired (one of its replicas moved from its fullest domain
-to a live domain holding two fewer, room permitting). With τ = 0 and unit costs this says: no
-worker is more utilized than another would be after taking one more task (on equal workers,
-loads differ by at most one); τ is the utilization gap a fleet may keep to spare moves.
-Workers on hold keep their replicas and are neither sources nor targets; tasks being handed
-over (``pinned``) stay put. `rebalance` makes budgeted passes toward this fixed point (see
-`convergence`); `is_balanced` tells whether it holds (and nothing pending fits), `outlook`
-and `planned_moves` what the remaining passes would do.
+and no zone-degraded task can be repaired (with τ = 0 and unit costs: on equal workers, loads
+differ by at most one; a larger τ is a gap a fleet may keep to spare moves). Workers on hold
+are neither sources nor targets; tasks being handed over (``pinned``) stay put. `rebalance`
+makes budgeted passes toward this fixed point (see `convergence`); `is_balanced` tells whether
+it holds (and nothing pending fits), `outlook` and `planned_moves` what the remaining passes
+would do.
 
 Rules every change keeps (tests/unit/test_placement*.py check them under hypothesis):
 

@@ -1,4 +1,5 @@
-"""Failure domains: zone paths, how spread out a task's replicas are, and when that is degraded.
+"""Failure domains: zone paths, how spread out a task's replicas are, and when that is degraded
+(docs/supervisor.md, "Failure domains and constraints", for operators).
 
 A worker's zone is a path: ``eu-1/rack-7/host-3`` is domain ``eu-1`` at level 1, ``eu-1/rack-7``
 at level 2 and ``eu-1/rack-7/host-3`` at level 3. A shorter zone reads as its last part at the

@@ -1,4 +1,5 @@
-"""The assignment map for request routing: which workers serve which task, and where.
+"""The assignment map for request routing: which workers serve which task, and where
+(docs/routing.md, "The map").
 
 The supervisor serves it on its control endpoint (verb ``map``); clients (`Router`) cache it
 and refresh it when its version moves. Its JSON shape, a contract::
