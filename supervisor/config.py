@@ -52,7 +52,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_failures", "int", 3,
             "consecutive failures of a task on a worker before it moves elsewhere", at_least(1)),
     Setting("failure_cooldown", "seconds", 300.0,
-            "how long a task stays off a worker it kept failing on", positive),
+            "how long a task stays off a worker it kept failing on (or did not start)",
+            positive),
+    Setting("start_timeout", "seconds", 60.0,
+            "a task a worker was given and does not report running after this long moves "
+            "elsewhere, and stays off that worker for --failure-cooldown", positive),
+    Setting("fresh_ids", "int", 64,
+            "new worker ids one connection may bring at once (then this many a minute); a "
+            "flood of made-up ids is dropped and counted", at_least(1)),
     Setting("source_timeout", "seconds", 30.0, "timeout of a cmd: or http: task query",
             positive),
     Setting("allow_empty", "bool", False, "let an empty task list remove every task"),
@@ -102,6 +109,8 @@ class SupervisorConfig:
     move_budget: int = 20
     max_failures: int = 3
     failure_cooldown: float = 300.0
+    start_timeout: float = 60.0
+    fresh_ids: int = 64
     source_timeout: float = 30.0
     allow_empty: bool = False
     metrics: str = ""

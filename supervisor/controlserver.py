@@ -12,7 +12,13 @@ import zmq
 
 from corral.common.errors import ProtocolError
 from corral.common.wire import codec
-from corral.common.wire.protocol import ERR_BAD_REQUEST, ControlError, ControlReply, ControlRequest
+from corral.common.wire.protocol import (
+    ERR_BAD_REQUEST,
+    MAX_TEXT_CHARS,
+    ControlError,
+    ControlReply,
+    ControlRequest,
+)
 
 from . import verbs
 from .counters import IoCounters
@@ -45,8 +51,8 @@ class ControlServer:
                 req = codec.decode_as(payload, ControlRequest)
             except ProtocolError as exc:
                 self._io.control_errors += 1
-                self._reply(envelope, ControlReply(0, None, ControlError(ERR_BAD_REQUEST,
-                                                                         str(exc))))
+                self._reply(envelope, ControlReply(0, None, ControlError(
+                    ERR_BAD_REQUEST, str(exc)[:MAX_TEXT_CHARS])))
                 continue
             result, error, actions = verbs.call(core, req.verb, dict(req.args), now)
             if error is not None:

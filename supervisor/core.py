@@ -60,6 +60,7 @@ from .reconciler import Reconciler
 from .records import WorkerRecord
 from .registry import FORGET, Registry
 from .role import Role
+from .starts import Starts
 from .taskbook import TaskBook
 
 # Timer keys (a worker's timeout is the registry's own: `LazyTimers`).
@@ -80,21 +81,22 @@ class SupervisorCore:
         self.feed = feed = Feed()
         self.effects = effects = Effects()
         self.registry = Registry(self.wheel, counters, config.lease + config.lease_margin,
-                                 config.forget_after, now)
+                                 config.forget_after, now, config.fresh_ids)
         self.book = TaskBook()
         self.assigner = Assigner(config, counters, feed, effects, self.book)
-        self.failures = Failures(config, self.wheel, counters, self.assigner, effects)
+        self.failures = Failures(config, self.wheel, counters, self.assigner, feed, effects)
+        self.starts = Starts(config.start_timeout)
         self.reconciler = Reconciler(config, counters, self.assigner, life, effects)
         self.dispatch = Dispatch(config, life, counters, effects, self.book)
         self.rebalancing = Rebalancing(self.wheel, self.assigner, life, feed,
                                        config.report_interval)
         self.intake = Intake(config, counters, life, self.registry, self.assigner,
-                             self.failures, self.reconciler, self.dispatch, self.rebalancing,
-                             feed, effects)
+                             self.failures, self.starts, self.reconciler, self.dispatch,
+                             self.rebalancing, feed, effects)
         self.rebuilding: Rebuild | None = None  # the warm-up's rebuild, while in slices
         self.rebuild_slice = SLICE
         self.queries = Queries(config, life, counters, feed, self.registry, self.assigner,
-                               self.book, self.rebalancing)
+                               self.book, self.rebalancing, self.starts, self.failures)
         self._read = self.intake.report
         self.wheel.schedule_timeout(WARMUP, now + config.warmup)
 
@@ -185,6 +187,7 @@ class SupervisorCore:
                     self.rebalancing.want(now)
             elif key[0] == FORGET:
                 self.registry.forget(key[1])
+        self.registry.prune(now)
         silent = self.registry.expire(now, read_until)
         if silent:
             self._timed_out(silent, now)
@@ -196,10 +199,15 @@ class SupervisorCore:
         moved = self.assigner.gone([r.id for r in silent]) if running else {}
         for rec in silent:
             self.intake.unsettle(rec)  # its next report is a comeback: read it in full
+            self.starts.forget_worker(rec.id)
             tasks, quiet = moved.get(rec.id, 0), round(now - rec.last_received, 3)
-            self.effects.log("warning", "worker silent past lease + margin; its tasks move",
-                             {"worker": rec.id, "tasks": tasks, "silent_s": quiet})
-            self.feed.add("timeout", worker=rec.id, tasks=tasks, silent_s=quiet)
+            fields = {"worker": rec.id, "tasks": tasks, "silent_s": quiet}
+            if rec.held:
+                self.effects.log("warning", "worker silent past lease + margin; its tasks "
+                                 "move", fields)
+                self.feed.add("timeout", worker=rec.id, tasks=tasks, silent_s=quiet)
+            else:  # it never held a task: news for nobody (a flood of made-up ids is many)
+                self.effects.log("debug", "worker that held no task went silent", fields)
         if running:
             self.rebalancing.want(now)
         for rec in silent:
@@ -285,7 +293,7 @@ class SupervisorCore:
             worker = cmd.args.get("worker")
             rec = self.registry.get(worker) if isinstance(worker, str) else None
             if rec is None:
-                raise LookupError(f"no worker {worker!r}")
+                raise LookupError(f"no worker {worker!r:.80}")
             self.registry.set_drained(rec, cmd.verb == "drain")
             self.intake.unsettle(rec)
             self.effects.log("info", f"worker {cmd.verb}ed by operator", {"worker": rec.id})
@@ -293,6 +301,17 @@ class SupervisorCore:
             if rec.active and self.life.running:
                 self.assigner.update_mode(rec, now)
                 self.rebalancing.want(now)
+        elif cmd.verb == "forget":
+            worker = cmd.args.get("worker")
+            rec = self.registry.get(worker) if isinstance(worker, str) else None
+            if rec is None:
+                raise LookupError(f"no worker {worker!r:.80}")
+            if rec.active:
+                raise ValueError(f"worker {rec.id!r:.80} is active: only a silent worker "
+                                 "(inactive) can be forgotten")
+            self.registry.forget(rec.id)
+            self.effects.log("info", "worker forgotten by operator", {"worker": rec.id})
+            self.feed.add("forget", worker=rec.id)
         elif cmd.verb == "query":
             self.effects.fetch(reset=self.life.phase is Phase.QUERYING)
         elif cmd.verb == "shutdown":
@@ -320,6 +339,8 @@ class SupervisorCore:
         elif change is RoleChange.DEMOTED:
             self.rebuilding = None
             self.assigner.clear()
+            self.starts.clear()
+            self.failures.clear()
             for key in (QUERY, QUERY_RETRY):
                 self.wheel.cancel(key)
             self.rebalancing.stop()
@@ -355,4 +376,7 @@ class SupervisorCore:
                     self.life.spoke()
                 if sent.adds or sent.stops:
                     assigner.sent(w, sent.adds, sent.stops)
+                if sent.adds:
+                    self.starts.sent(rec, sent.adds, now)
+                    registry.held(rec)
         return self.effects.take()

@@ -20,6 +20,9 @@ class Counters:
     refused_reports: int = 0  # from an incarnation that was refused
     contested_ids: int = 0  # a second process reported under a live worker's id
     joins: int = 0
+    fresh_ids_refused: int = 0  # reports under a new id from a connection past its --fresh-ids
+    bad_ids: int = 0  # reports whose worker id, zone, labels or task ids hold a forbidden char
+    start_timeouts: int = 0  # replicas moved because their worker did not start them in time
     restarts: int = 0  # a worker id came back with a new incarnation
     revivals: int = 0  # an inactive worker reported again
     duplicate_ids: int = 0  # second live processes refused for using a taken id

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from corral.common.errors import ProtocolError
 from corral.common.wire.codec import decode_as, encoded
+from corral.common.wire.ids import FORBIDDEN, check_id
 from corral.common.wire.protocol import (
     REFUSE_DUPLICATE_ID,
     REFUSE_UNAUTHORIZED,
@@ -41,6 +42,27 @@ from .rebalancing import Rebalancing
 from .reconciler import Reconciler
 from .records import WorkerRecord
 from .registry import Outcome, Registry
+from .starts import Starts
+
+
+def _bad_ids(st: Status) -> str | None:
+    """What is wrong with the ids a report holds (its worker id, zone, labels, task ids), or
+    None. Checked on every full report; a settled worker's reports were checked once."""
+    for text, what in ((st.worker, "worker id"), (st.zone, "zone")):
+        why = check_id(text, what)
+        if why is not None:
+            return why
+    for key, value in st.labels.items():
+        why = check_id(key, "label") or check_id(value, f"label {key!r:.40}")
+        if why is not None:
+            return why
+    for tasks in (st.running, st.failures, st.starting):
+        if tasks and FORBIDDEN.search("".join(tasks)):
+            for task in tasks:
+                why = check_id(task, "task id")
+                if why is not None:
+                    return why
+    return None
 
 
 def _peer(rec: WorkerRecord) -> dict[str, str]:
@@ -51,15 +73,22 @@ def _peer(rec: WorkerRecord) -> dict[str, str]:
     return out
 
 
-_EMPTY_MAP = encoded({})
-_NO_FAILURES = StatusGlance.__struct_defaults__[  # the glance's own object for an absent map
-    StatusGlance.__struct_fields__.index("failures") - len(StatusGlance.__struct_fields__)]
+_EMPTY_MAP, _EMPTY_LIST = encoded({}), encoded(())
+
+
+def _default(field: str) -> object:
+    """The glance's own default object for a field left off the wire."""
+    fields = StatusGlance.__struct_fields__
+    return StatusGlance.__struct_defaults__[fields.index(field) - len(fields)]
+
+
+_NO_FAILURES, _NONE_STARTING = _default("failures"), _default("starting")
 _SAME_PROCESS = (Outcome.REVIVED, Outcome.CHANGED, Outcome.UNCHANGED)
 
 
 class Intake:
     def __init__(self, config: SupervisorConfig, counters: Counters, life: Lifecycle,
-                 registry: Registry, assigner: Assigner, failures: Failures,
+                 registry: Registry, assigner: Assigner, failures: Failures, starts: Starts,
                  reconciler: Reconciler, dispatch: Dispatch, rebalancing: Rebalancing,
                  feed: Feed, effects: Effects) -> None:
         self._config = config
@@ -68,6 +97,7 @@ class Intake:
         self._registry = registry
         self._assigner = assigner
         self._failures = failures
+        self._starts = starts
         self._reconciler = reconciler
         self._dispatch = dispatch
         self._rebalancing = rebalancing
@@ -97,10 +127,13 @@ class Intake:
             # Most workers have no failing task: their reports leave the map out.
             failures = glance.failures
             failures_b = _EMPTY_MAP if failures is _NO_FAILURES else bytes(failures)
+            starting = glance.starting
+            starting_b = _EMPTY_LIST if starting is _NONE_STARTING else bytes(starting)
         else:
             st = ev.status
             running_b = encoded(st.running) if st.running else _EMPTY_MAP
             failures_b = encoded(st.failures) if st.failures else _EMPTY_MAP
+            starting_b = encoded(st.starting) if st.starting else _EMPTY_LIST
         if self._curve and ev.key_name != st.worker:
             self._unauthorized(ev.identity, ev.key_name, st.worker, st.incarnation)
             return False
@@ -108,7 +141,7 @@ class Intake:
         if rec is not None:
             # A hash kept on the record, not the fields: fewer objects touched per report.
             digest = hash((ev.identity, st.incarnation, st.state, st.max_load, st.serve,
-                           st.lease_held, running_b, failures_b))
+                           st.lease_held, running_b, failures_b, starting_b))
             if digest == rec.digest:
                 if st.seq <= rec.last_seq:
                     self._counters.stale_reports += 1
@@ -121,6 +154,8 @@ class Intake:
                 if now - rec.last_sent_at >= self._dispatch.renew_every:
                     self._dispatch.renew(rec, now)
                 return False
+        elif not self._registry.admits(ev.identity, now):
+            return False  # a connection bringing new ids faster than --fresh-ids: dropped
         else:
             digest = None
         if isinstance(ev, RawReport):  # not the report it sent last time: read it all
@@ -139,6 +174,11 @@ class Intake:
 
     def _full_report(self, ev: Report, now: float, digest: int | None) -> None:
         st = ev.status
+        why = _bad_ids(st)
+        if why is not None:  # never acted on: no record, no log line per report
+            self._counters.bad_ids += 1
+            self._effects.log("debug", "a report with a bad id", {"why": why})
+            return
         outcome, rec = self._registry.classify(ev.identity, st, now)
         if outcome is Outcome.STALE or outcome is Outcome.IMPOSTOR:
             return
@@ -191,6 +231,10 @@ class Intake:
         a = self._assigner
         if st.failures:
             self._failures.check(rec, now)
+        late = self._starts.check(rec, a.desired(rec.id), now)
+        if late:
+            self._failures.not_started(rec, late, now)
+            self._rebalancing.want(now)
         handoffs = a.handoffs
         # Only a worker in a hand-off is kept off the fast path while hand-offs are in flight
         # (at 100,000 workers a rebalance is nearly always in flight somewhere).
@@ -218,10 +262,9 @@ class Intake:
         st = rec.status
         self._reconciler.start_over(rec)
         self._dispatch.number_on(rec)
-        # A restart hears the whole fleet join during its warm-up: that is one line ("warm-up
-        # over", with the count) at info, not one per worker; a worker joining later is news.
-        level = "debug" if self._life.phase is Phase.WARMUP else "info"
-        self._effects.log(level, "worker joined", {
+        # One line per new id, at debug (counted in `joins`; the feed and `corralctl workers`
+        # show them): a restart hears the whole fleet join, a flood of made-up ids is many.
+        self._effects.log("debug", "worker joined", {
             "worker": rec.id, "max_load": st.max_load, "state": str(st.state),
             "running": len(st.running), "zone": st.zone or None})
         self._feed.add("join", worker=rec.id, max_load=st.max_load, zone=st.zone)

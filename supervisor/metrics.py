@@ -49,6 +49,10 @@ COUNTERS = {
     "task_queries": "task queries completed",
     "source_errors": "task queries that failed or were refused",
     "failures_moved": "replicas moved off a worker they kept failing on",
+    "start_timeouts": "replicas moved because their worker did not start them in time",
+    "fresh_ids_refused": "reports under a new worker id from a connection past its --fresh-ids",
+    "bad_ids": "reports whose worker id, zone, labels or task ids hold a forbidden character",
+    "epoch_claims_refused": "epochs a worker claimed to have seen that the fleet did not back",
     "source_queries": "task source requests answered",
     "source_updates": "new task lists the source handed over (asked for or watched)",
     "source_unchanged": "task lists found equal to the last one (HTTP 304 included)",
@@ -64,6 +68,7 @@ def snapshot(q: Queries) -> dict[str, Any]:
     return {
         "workers": q.worker_states(),
         "tasks_assigned": summary["tasks_assigned"],
+        "tasks_running": summary["tasks_running"],
         "tasks_pending": summary["tasks_pending"],
         "balanced": 1 if summary["balanced"] else 0,
         "zone_degraded": summary["zone_degraded"],
@@ -93,6 +98,8 @@ class CorralCollector(Collector):
         yield workers
         yield GaugeMetricFamily("corral_tasks_assigned", "tasks with at least one owner",
                                 value=g["tasks_assigned"])
+        yield GaugeMetricFamily("corral_tasks_running", "tasks an owner reports running",
+                                value=g["tasks_running"])
         yield GaugeMetricFamily("corral_tasks_pending", "tasks short of replicas",
                                 value=g["tasks_pending"])
         yield GaugeMetricFamily("corral_balanced", "1 when the placement meets the balance "

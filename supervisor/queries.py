@@ -19,12 +19,14 @@ from corral.common.wire.routemap import MapVersions, RouteMap, WorkerEntry
 from .assigner import Assigner
 from .config import SupervisorConfig
 from .counters import Counters
+from .failures import Failures
 from .feed import Feed
 from .lifecycle import Lifecycle
 from .rebalancing import Rebalancing
 from .records import WorkerRecord
 from .registry import Registry
 from .role import Role
+from .starts import Starts
 from .taskbook import TaskBook
 
 
@@ -73,6 +75,13 @@ class TaskView:
     releasing: str | None  # the old owner while a hand-off is in flight
     failing_on: tuple[str, ...]
     spec: str | None
+    # owner -> running | starting (given, not running yet) | failing (restart backoff)
+    states: Mapping[str, str]
+    excluded: Mapping[str, str]  # worker it is kept off -> why
+
+    @property
+    def running_on(self) -> tuple[str, ...]:
+        return tuple(w for w, s in self.states.items() if s == "running")
 
 
 class Queries:
@@ -80,7 +89,7 @@ class Queries:
 
     def __init__(self, config: SupervisorConfig, life: Lifecycle, counters: Counters,
                  feed: Feed, registry: Registry, assigner: Assigner, book: TaskBook,
-                 rebalancing: Rebalancing) -> None:
+                 rebalancing: Rebalancing, starts: Starts, failures: Failures) -> None:
         self.config = config
         self._life = life
         self._counters = counters
@@ -89,6 +98,9 @@ class Queries:
         self._assigner = assigner
         self._book = book
         self._rebalancing = rebalancing
+        self._starts = starts
+        self._failures = failures
+        self._live: tuple[tuple[int, int], list[str], list[str]] = ((-1, -1), [], [])
         self._ids: tuple[int, list[str]] = (-1, [])
         self._task_ids: tuple[int, list[str]] = (-1, [])
         self._map: MapVersions | None = None
@@ -116,9 +128,11 @@ class Queries:
         a = self._assigner
         p = a.placement
         view = p.view
+        assigned = view.covered()
         return {
             "tasks_total": len(view.tasks),
-            "tasks_assigned": view.covered(),
+            "tasks_assigned": assigned,
+            "tasks_running": assigned - len(self._not_running()),
             "tasks_pending": view.pending_count(),
             "replicas": p.replicas,
             "strategy": p.strategy,
@@ -149,6 +163,16 @@ class Queries:
         self._outlook = (version, now, look)
         return look
 
+    def _owners_now(self, task: str) -> tuple[str, ...]:
+        """Who should be running ``task``: its placement owners and a hand-off's old owner."""
+        owners = tuple(self._assigner.view.owners(task))
+        old = self._assigner.handoffs.old_owner(task)
+        return owners if old is None or old in owners else (*owners, old)
+
+    def _not_running(self) -> set[str]:
+        """Assigned tasks no owner reports running yet (O(tasks waiting), not O(fleet))."""
+        return self._starts.not_running(self._owners_now)
+
     def events(self, cursor: int | None, limit: int) -> dict[str, Any]:
         return self._feed.after(cursor, limit)
 
@@ -171,14 +195,24 @@ class Queries:
         return None if rec is None else self._view(rec)
 
     def workers(self, after: str | None = None) -> Iterator[WorkerView]:
-        """Every worker in id order, from the first id after ``after``."""
+        """Every worker, the active ones first, each group in id order; from the one after
+        ``after`` (in the group ``after`` is in now: an id that changed group between two
+        pages may be listed twice or skipped, as with any listing of a moving fleet)."""
         reg = self._registry
-        gen, ids = self._ids
-        if gen != reg.generation:
-            ids = sorted(reg.records)
-            self._ids = (reg.generation, ids)
-        start = 0 if after is None else bisect.bisect_right(ids, after)
-        for worker in ids[start:]:
+        key, live, silent = self._live
+        if key != (reg.generation, reg.liveness):
+            live = sorted(w for w, r in reg.records.items() if r.active)
+            silent = sorted(w for w, r in reg.records.items() if not r.active)
+            self._live = ((reg.generation, reg.liveness), live, silent)
+        if after is None:
+            order = [*live, *silent]
+        else:
+            rec = reg.get(after)
+            if rec is not None and not rec.active:
+                order = silent[bisect.bisect_right(silent, after):]
+            else:
+                order = [*live[bisect.bisect_right(live, after):], *silent]
+        for worker in order:
             rec = reg.get(worker)
             if rec is not None:
                 yield self._view(rec)
@@ -226,20 +260,31 @@ class Queries:
             return None
         owners = tuple(view.owners(task))
         tokens: dict[str, int] = {}
+        states: dict[str, str] = {}
         failing: list[str] = list(view.excluded_from(task))
-        for w in owners:
+        for w in self._owners_now(task):
             rec = self._registry.get(w)
-            if rec is not None:
-                token = rec.status.running.get(task)
-                if token is not None:
-                    tokens[w] = token
-                if task in rec.status.failures and w not in failing:
-                    failing.append(w)
+            st = rec.status if rec is not None and rec.active else None
+            token = st.running.get(task) if st is not None else None
+            if st is None or token is None:
+                states[w] = "starting"  # given, and not reported yet
+                continue
+            if w in owners:
+                tokens[w] = token
+            if task in st.starting:
+                states[w] = "failing" if task in st.failures else "starting"
+            else:
+                states[w] = "running"
+            if task in st.failures and w not in failing:
+                failing.append(w)
         missing = view.replicas_of(task) - len(owners)
+        excluded = self._failures.why(task)
+        for w in view.excluded_from(task):
+            excluded.setdefault(w, "excluded")
         return TaskView(task, cost, owners, tokens, max(missing, 0),
                         self._pending_reason(task) if missing > 0 else None,
                         a.handoffs.old_owner(task), tuple(sorted(failing)),
-                        self._book.spec(task))
+                        self._book.spec(task), states, excluded)
 
     def _pending_reason(self, task: str) -> str:
         why = self._assigner.view.pending_reason(task)

@@ -70,7 +70,7 @@ class Reconciler:
     def needed(self, rec: WorkerRecord) -> bool:
         """Whether this report needs judging (cheap: the usual report needs nothing)."""
         st = rec.status
-        return (st.applied < rec.expect
+        return (st.applied < rec.expect or bool(st.starting)
                 or st.running.keys() != self._assigner.view.tasks_of(rec.id).keys()
                 or rec.mismatch_since is not None or rec.resend_wait != self.first_wait)
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 from corral.common.wire.protocol import Status
 
 OWNERS: dict[str, tuple[str, ...]] = {
-    "registry": ("active", "conflict", "contender", "drained", "id", "identity", "incarnation",
-                 "last_probe", "prev_incarnation", "refused", "silence_tick", "status"),
+    "registry": ("active", "conflict", "contender", "drained", "held", "id", "identity",
+                 "incarnation", "last_probe", "prev_incarnation", "refused", "silence_tick",
+                 "status"),
     "intake": ("clock_offset", "digest", "last_received", "last_seq", "seen_sent_at"),
     "dispatch": ("got_reset", "last_sent_at", "out_seq"),
     "reconciler": ("expect", "expect_seq", "expect_since", "mismatch_since", "resend_wait"),
@@ -40,6 +41,7 @@ class WorkerRecord:
         self.active = True
         self.silence_tick = -1  # the tick its silence is judged at (Registry); -1: none
         self.drained = False
+        self.held = False  # it ever held a task (else it is forgotten soon after going silent)
         self.conflict: str | None = None
         # A second incarnation of this id that reported while this one is alive: it is sent
         # nothing until this one is known to be gone (see Registry). (identity, status)

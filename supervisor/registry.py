@@ -25,6 +25,7 @@ from corral.common.timers import LazyTimers, TimerWheel
 from corral.common.wire.protocol import Status
 
 from .counters import Counters
+from .fresh import FreshIds
 from .records import WorkerRecord
 
 FORGET = "forget"
@@ -45,7 +46,7 @@ class Outcome(IntEnum):
 
 class Registry:
     def __init__(self, wheel: TimerWheel[Any], counters: Counters, silence: float,
-                 forget_after: float, now: float) -> None:
+                 forget_after: float, now: float, fresh_ids: int = 64) -> None:
         self.records: dict[str, WorkerRecord] = {}
         self._silence_timers: LazyTimers[str] = LazyTimers(wheel.tick, now)
         self.active = 0
@@ -54,6 +55,11 @@ class Registry:
         self._silence = silence  # lease + margin
         self._heard_from = float("-inf")  # the end of the last stall: silence counts from it
         self._forget_after = forget_after
+        # A worker that never held a task (a made-up id, a worker that never got one) is
+        # forgotten soon after it went silent: there is nothing to remember it for.
+        self._forget_idle_after = min(forget_after, silence)
+        self._fresh = FreshIds(fresh_ids)
+        self.liveness = 0  # moves when a worker turns active or inactive (listings' order)
         self._contended: dict[bytes, str] = {}  # a contended id's holder's identity -> the id
         self.generation = 0  # moves when a worker id joins or is forgotten
         self.changes = 0  # moves whenever any record's content may have changed
@@ -70,6 +76,17 @@ class Registry:
     def get(self, worker: str) -> WorkerRecord | None:
         return self.records.get(worker)
 
+    def admits(self, identity: bytes, now: float) -> bool:
+        """May connection ``identity`` bring a worker id the registry does not know?"""
+        if self._fresh.allow(identity, now):
+            return True
+        self._counters.fresh_ids_refused += 1
+        return False
+
+    def held(self, rec: WorkerRecord) -> None:
+        """``rec`` holds tasks (it reports some, or was given some)."""
+        rec.held = True
+
     # -- reports (the slow path: the core handles a settled worker's report itself) ----------
 
     def classify(self, identity: bytes, st: Status, now: float) -> tuple[Outcome, WorkerRecord]:
@@ -79,6 +96,8 @@ class Registry:
         return outcome, rec
 
     def _note_failures(self, rec: WorkerRecord) -> None:
+        if rec.status.running:
+            rec.held = True
         if rec.status.failures:
             self.failing.add(rec.id)
         else:
@@ -90,6 +109,7 @@ class Registry:
         if rec is None:
             rec = self.records[st.worker] = WorkerRecord(st, identity, now)
             self.generation += 1
+            self.liveness += 1
             self.changes += 1
             self.arm(rec, now)
             self.active += 1
@@ -218,6 +238,7 @@ class Registry:
     def _revive(self, rec: WorkerRecord, now: float) -> None:
         rec.active = True
         self.active += 1
+        self.liveness += 1
         self.arm(rec, now)
         self._wheel.cancel((FORGET, rec.id))
         self._counters.revivals += 1
@@ -233,8 +254,10 @@ class Registry:
         rec.active = False
         self.active -= 1
         self.changes += 1
+        self.liveness += 1
         self._counters.lease_expiries += 1
-        self._wheel.schedule_timeout((FORGET, rec.id), now + self._forget_after)
+        after = self._forget_after if rec.held else self._forget_idle_after
+        self._wheel.schedule_timeout((FORGET, rec.id), now + after)
         return True
 
     def stalled(self, now: float) -> None:
@@ -243,13 +266,22 @@ class Registry:
         before, so nobody else gets its tasks any sooner than it stops them)."""
         self._heard_from = now
 
-    def forget(self, worker: str) -> None:
+    def forget(self, worker: str) -> bool:
+        """Drop an inactive worker's record (its FORGET timer, or `corralctl forget`)."""
         rec = self.records.get(worker)
-        if rec is not None and not rec.active:
-            del self.records[worker]
-            self.failing.discard(worker)
-            self.generation += 1
-            self.changes += 1
+        if rec is None or rec.active:
+            return False
+        del self.records[worker]
+        self.failing.discard(worker)
+        self._wheel.cancel((FORGET, worker))
+        self.generation += 1
+        self.liveness += 1
+        self.changes += 1
+        return True
+
+    def prune(self, now: float) -> None:
+        """Forget the fresh-id buckets that are full again."""
+        self._fresh.prune(now)
 
     def set_drained(self, rec: WorkerRecord, drained: bool) -> None:
         """An operator drained (or undrained) the worker."""

@@ -16,6 +16,7 @@ from corral.common.wire.protocol import (
     ERR_NOT_FOUND,
     ERR_NOT_LEADER,
     ERR_UNKNOWN_VERB,
+    MAX_TEXT_CHARS,
     ControlError,
 )
 from corral.common.wire.verbs import STANDBY_VERBS, VERBS, check_args
@@ -61,6 +62,7 @@ RUNNERS: dict[str, Runner] = {
     "counters": _view(lambda q, a, now: q.counters()),
     "drain": _command("drain", lambda a: {"drained": a["worker"]}),
     "undrain": _command("undrain", lambda a: {"undrained": a["worker"]}),
+    "forget": _command("forget", lambda a: {"forgotten": a["worker"]}),
     "query": _command("query", lambda a: {"query": "started"}),
     "shutdown": _command("shutdown", lambda a: {"shutdown": True}),
 }
@@ -88,17 +90,24 @@ def call(
     """Run a verb: ``(result, None, actions)`` or ``(None, error, [])``. Never raises."""
     v = VERBS.get(verb)
     if v is None:
-        return None, ControlError(ERR_UNKNOWN_VERB, f"unknown verb {verb!r}; known: "
+        return None, ControlError(ERR_UNKNOWN_VERB, f"unknown verb {verb!r:.80}; known: "
                                   f"{', '.join(VERBS)}"), []
     if not core.life.leader and core.config.ha and verb not in STANDBY_VERBS:
         return None, ControlError(ERR_NOT_LEADER, _not_leader(core)), []
     try:
         result, actions = RUNNERS[verb](core, check_args(v, args), now)
     except ValueError as exc:
-        return None, ControlError(ERR_BAD_REQUEST, str(exc)), []
+        return None, _error(ERR_BAD_REQUEST, str(exc)), []
     except LookupError as exc:
-        return None, ControlError(ERR_NOT_FOUND, str(exc.args[0] if exc.args else exc)), []
+        return None, _error(ERR_NOT_FOUND, str(exc.args[0] if exc.args else exc)), []
     except Exception as exc:  # a bug must not take the daemon down; it is reported instead
-        return None, ControlError(ERR_INTERNAL, f"{type(exc).__name__}: {exc}"), [
-            Log("error", "control verb failed", {"verb": verb, "error": repr(exc)})]
+        return None, _error(ERR_INTERNAL, f"{type(exc).__name__}: {exc}"), [
+            Log("error", "control verb failed", {"verb": verb, "error": repr(exc)[:1000]})]
     return result, None, actions
+
+
+def _error(code: str, message: str) -> ControlError:
+    """An error reply that fits the wire, whatever the message quotes."""
+    if len(message) > MAX_TEXT_CHARS:
+        message = message[:MAX_TEXT_CHARS - 1] + "…"
+    return ControlError(code, message)

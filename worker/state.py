@@ -361,6 +361,7 @@ class WorkerMachine:
             sent_at=now,
             max_load=self._cfg.max_load,
             running=self._tasks.tokens(),
+            starting=self._tasks.not_running(),
             state=_REPORTED[self._phase],
             applied=self._applied,
             failures=self._tasks.failures(),

@@ -95,6 +95,12 @@ class TaskTable:
         """task -> the fencing token it runs under (the report's ``running``)."""
         return {t: rec.grant.token for t, rec in self._tasks.items()}
 
+    def not_running(self) -> tuple[str, ...]:
+        """Held tasks that are not running now: waiting to start, or in restart backoff (the
+        report's ``starting``; the supervisor counts a task covered only once it runs)."""
+        return tuple(t for t, rec in self._tasks.items()
+                     if rec.state is TaskState.STARTING or rec.state is TaskState.BACKOFF)
+
     def failures(self) -> dict[str, int]:
         return {t: rec.failures for t, rec in self._tasks.items() if rec.failures}
 

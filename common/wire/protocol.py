@@ -113,7 +113,9 @@ class Status(_Message, frozen=True):
     ``(epoch, seq)``. ``failures`` counts recent failures per failing task. ``lease_held`` is
     False while the worker has no valid lease (never had one, or it lapsed). ``utilization``,
     ``qps`` and ``errors`` are a serving worker's load (0 otherwise). ``zone`` (a failure
-    domain, hierarchical with "/") and ``labels`` are fixed for the incarnation.
+    domain, hierarchical with "/") and ``labels`` are fixed for the incarnation. ``starting``
+    lists the held tasks that are not running now — waiting to start (no lease yet) or in
+    restart backoff: a task covers its assignment only once it runs.
     """
 
     worker: Id
@@ -132,6 +134,7 @@ class Status(_Message, frozen=True):
     lease_held: bool = False
     zone: Zone = ""
     labels: Labels = msgspec.field(default_factory=dict)
+    starting: TaskList = ()
 
 
 class StatusGlance(_Message, frozen=True):
@@ -157,6 +160,7 @@ class StatusGlance(_Message, frozen=True):
     lease_held: bool = False
     zone: Zone = ""
     labels: msgspec.Raw = msgspec.Raw(b"\x80")
+    starting: msgspec.Raw = msgspec.Raw(b"\x90")  # an empty array
 
 
 class Instructions(_Message, frozen=True):

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .ids import bad_char
+from .protocol import MAX_ID_CHARS, MAX_TEXT_CHARS
+
 MAX_PAGE = 10_000  # rows per answer: a whole 100,000-worker fleet would not fit in a frame
 
 
@@ -20,6 +23,7 @@ class Arg:
     positional: bool = False
     required: bool = False
     minimum: int | None = None  # for ints
+    text: bool = False  # free text (at most MAX_TEXT_CHARS), not an id (MAX_ID_CHARS)
 
 
 @dataclass(frozen=True)
@@ -66,9 +70,11 @@ VERBS: dict[str, Verb] = {
         Verb("drain", "move a worker's tasks elsewhere (make-before-break); it takes no new ones",
              (_WORKER,), True),
         Verb("undrain", "let a drained worker take tasks again", (_WORKER,), True),
+        Verb("forget", "drop a silent (inactive) worker's record now, instead of after "
+             "--forget-after", (_WORKER,), True),
         Verb("query", "query the task source now", (), True),
         Verb("shutdown", "stop the supervisor (workers keep their tasks until their lease ends)",
-             (Arg("reason", str, "why, for the log"),), True),
+             (Arg("reason", str, "why, for the log", text=True),), True),
     )
 }
 # What a standby answers itself; everything else is the leader's (ERR_NOT_LEADER names it).
@@ -93,4 +99,12 @@ def check_args(verb: Verb, args: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"{verb.name}: {a.name} must be {kind}")
         if a.minimum is not None and isinstance(v, int) and v < a.minimum:
             raise ValueError(f"{verb.name}: {a.name} must be at least {a.minimum}")
+        if isinstance(v, str):
+            limit = MAX_TEXT_CHARS if a.text else MAX_ID_CHARS
+            if len(v) > limit:
+                raise ValueError(f"{verb.name}: {a.name} must be at most {limit} characters, "
+                                 f"got {len(v)}")
+            ch = None if a.text else bad_char(v)
+            if ch is not None:
+                raise ValueError(f"{verb.name}: {a.name} holds {ch}, which no id may hold")
     return args

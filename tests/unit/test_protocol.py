@@ -65,6 +65,7 @@ statuses = st.builds(
     serve=st.none() | ids,
     failures=task_maps,
     lease_held=st.booleans(),
+    starting=task_lists,
 )
 instructions = st.builds(
     Instructions,
@@ -124,13 +125,13 @@ def test_every_message_round_trips(msg: Any) -> None:
 @given(statuses)
 def test_a_status_glance_reads_every_status_as_it_is(msg: Status) -> None:
     """`StatusGlance` repeats `Status`'s fields (the supervisor's hot path reads reports with
-    it); only the three maps differ, left as their msgpack bytes."""
+    it); only the maps and the starting list differ, left as their msgpack bytes."""
     from corral.common.wire.protocol import StatusGlance
 
     assert StatusGlance.__struct_fields__ == Status.__struct_fields__
     g = codec.glance_status(codec.encode(msg))
     for f in Status.__struct_fields__:
-        if f in ("running", "failures", "labels"):
+        if f in ("running", "failures", "labels", "starting"):
             assert bytes(getattr(g, f)) == codec.encoded(getattr(msg, f))
         else:
             assert getattr(g, f) == getattr(msg, f), f
