@@ -378,5 +378,4 @@ class SupervisorCore:
                     assigner.sent(w, sent.adds, sent.stops)
                 if sent.adds:
                     self.starts.sent(rec, sent.adds, now)
-                    registry.held(rec)
         return self.effects.take()

@@ -169,9 +169,24 @@ class Queries:
         old = self._assigner.handoffs.old_owner(task)
         return owners if old is None or old in owners else (*owners, old)
 
-    def _not_running(self) -> set[str]:
-        """Assigned tasks no owner reports running yet (O(tasks waiting), not O(fleet))."""
-        return self._starts.not_running(self._owners_now)
+    def _not_running(self) -> list[str]:
+        """Assigned tasks no owner reports running (O(tasks waiting to start), not O(fleet)):
+        only a task some worker waits to start can be one."""
+        records = self._registry.records
+        out = []
+        for task in self._starts.tasks():
+            owners = self._owners_now(task)
+            if not owners or not self._assigner.view.owners(task):
+                continue
+            for w in owners:
+                rec = records.get(w)
+                if rec is not None and rec.active:
+                    st = rec.status
+                    if task in st.running and task not in st.starting:
+                        break
+            else:
+                out.append(task)
+        return out
 
     def events(self, cursor: int | None, limit: int) -> dict[str, Any]:
         return self._feed.after(cursor, limit)

@@ -41,7 +41,7 @@ class WorkerRecord:
         self.active = True
         self.silence_tick = -1  # the tick its silence is judged at (Registry); -1: none
         self.drained = False
-        self.held = False  # it ever held a task (else it is forgotten soon after going silent)
+        self.held = False  # it ever ran a task (else it is forgotten soon after going silent)
         self.conflict: str | None = None
         # A second incarnation of this id that reported while this one is alive: it is sent
         # nothing until this one is known to be gone (see Registry). (identity, status)

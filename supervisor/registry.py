@@ -83,21 +83,19 @@ class Registry:
         self._counters.fresh_ids_refused += 1
         return False
 
-    def held(self, rec: WorkerRecord) -> None:
-        """``rec`` holds tasks (it reports some, or was given some)."""
-        rec.held = True
 
     # -- reports (the slow path: the core handles a settled worker's report itself) ----------
 
     def classify(self, identity: bytes, st: Status, now: float) -> tuple[Outcome, WorkerRecord]:
         """What this report is; the record is created or updated accordingly."""
         outcome, rec = self._classify(identity, st, now)
-        self._note_failures(rec)
+        self._note_report(rec)
         return outcome, rec
 
-    def _note_failures(self, rec: WorkerRecord) -> None:
-        if rec.status.running:
-            rec.held = True
+    def _note_report(self, rec: WorkerRecord) -> None:
+        st = rec.status
+        if not rec.held and st.running and len(st.starting) < len(st.running):
+            rec.held = True  # it ran a task (given one and never running it is not enough)
         if rec.status.failures:
             self.failing.add(rec.id)
         else:
@@ -196,7 +194,7 @@ class Registry:
         assert rec.contender is not None
         identity, st = rec.contender
         self._take_over(rec, identity, st, now)
-        self._note_failures(rec)
+        self._note_report(rec)
 
     def probe_due(self, rec: WorkerRecord, now: float, every: float) -> bool:
         """Whether to check again that a contended id's holder is still connected."""

@@ -13,12 +13,12 @@ policy's (``--max-failures``), not this one's: its clock starts again.
     waiting -> (gone)     no longer that worker's (moved, removed), or the worker is gone
 
 The table is also how `Queries` tells *running* tasks from merely *assigned* ones without
-looking at the whole fleet: a task not running anywhere has every owner waiting here.
+looking at the whole fleet: a task that runs nowhere has an owner waiting here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from .records import WorkerRecord
 
@@ -79,15 +79,10 @@ class Starts:
             self._waiting.pop(rec.id, None)
         return late
 
-    def not_running(self, owners: Callable[[str], Collection[str]]) -> set[str]:
-        """Tasks with owners every one of which is still waiting to run them (``owners``:
-        the workers placement gives it, and a hand-off's old owner)."""
-        out = set()
-        for task, waiting in self._by_task.items():
-            os = owners(task)
-            if os and all(o in waiting for o in os):
-                out.add(task)
-        return out
+    def tasks(self) -> Collection[str]:
+        """The tasks some worker was given and does not run yet: the only ones that may not
+        run anywhere (every assignment sent waits here until its worker runs it)."""
+        return self._by_task.keys()
 
     def waiting(self, worker: str) -> Mapping[str, float]:
         return self._waiting.get(worker, {})
