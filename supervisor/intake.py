@@ -320,7 +320,7 @@ class Intake:
                               "supervisor running?", {"worker": rec.id, "epoch": seen,
                                                       "ours": life.epoch, **_peer(rec)})
             return
-        backed = self._claims.backed(rec.identity, st.applied[0], token)
+        backed = self._claims.backed(rec.identity, st.applied[0], token, life.epoch)
         epoch = life.raise_epoch(backed) if backed >= life.epoch else None
         if epoch is not None:
             self._effects.persist_epoch(epoch)

@@ -149,15 +149,22 @@ def test_one_peers_epoch_claim_is_not_evidence_two_connections_or_a_token_are() 
     assert ("warning", "refused to raise the epoch on this worker's word: no task runs under "
             "it and no other worker backs it, or it is out of range") in h.logs
     assert h.log_fields[h.logs[-1][1]]["connection"] == b"liar-x".hex()
-    # A second connection claiming a lower epoch backs that much: the lower of the two.
-    Liar(h, "y").report(applied=(40, 1))
-    assert h.core.life.epoch == 41 and h.persisted == [41]
-    # A task running under a token of epoch 60 is evidence on its own.
-    Liar(h, "z").report(running={"a": make_token(60, 3)})
-    assert h.core.life.epoch == 61
+    # A second connection backs the lower of the two claims.
+    Liar(h, "y").report(applied=(4000, 1))
+    assert h.core.life.epoch == 4001 and h.persisted == [4001]
+    # A task running under a token of epoch 6000 is evidence on its own.
+    Liar(h, "z").report(running={"a": make_token(6000, 3)})
+    assert h.core.life.epoch == 6001
+    # One worker's word near ours is believed (a lone worker after a lost state file).
+    Liar(h, "near").report(applied=(6500, 1))
+    assert h.core.life.epoch == 6501
     # Never past the state file's range, whatever the evidence.
     Liar(h, "u").report(running={"a": make_token(MAX_STATE_EPOCH, 1)})
-    assert h.core.life.epoch == 61
+    assert h.core.life.epoch == 6501
+    # One worker's word far from ours alone moves nothing.
+    lone = Harness(config(warmup=30.0), {"a": 1.0})
+    Liar(lone, "far").report(applied=(5000, 1))
+    assert lone.core.life.epoch == 1 and lone.core.counters.epoch_claims_refused == 1
 
 
 def test_a_flood_of_made_up_ids_from_one_connection_costs_little_and_goes_away() -> None:

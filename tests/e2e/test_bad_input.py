@@ -21,6 +21,7 @@ import zmq
 from corral.common.errors import ProtocolError
 from corral.common.wire import codec
 from corral.common.wire.protocol import (
+    PROTOCOL_VERSION,
     ControlRequest,
     Instructions,
     Refusal,
@@ -78,20 +79,24 @@ def _status(worker: str = "x", **over: Any) -> dict[str, Any]:
 def malformed(rng: random.Random, valid: bytes, kind: str, n: int) -> list[bytes]:
     """``n`` frames that must each be refused by codec.decode — or decode as a message of the
     wrong kind for the socket (``kind`` is the body shape to mutate: status|instructions)."""
-    pack = msgpack.packb
+    pack, V = msgpack.packb, PROTOCOL_VERSION  # the right version: each mutation is the fault
     base = _status() if kind == "status" else {
         "epoch": 7, "seq": 1, "incarnation": 1, "lease": 5.0, "answers_seq": 1,
         "answers_sent_at": 1.0}
     makers: list[Callable[[int], bytes]] = [
         lambda i: rng.randbytes(rng.randrange(0, 200)),  # garbage
         lambda i: valid[: rng.randrange(1, len(valid))],  # truncated msgpack
-        lambda i: pack([rng.choice([0, 2, 99, -1, "1"]), kind, base]),  # wrong version
-        lambda i: pack([1, f"no-such-kind-{i % 7}", base]),  # unknown kind
-        lambda i: pack([1, kind, {**base, rng.choice(list(base)): rng.choice(  # wrong types
+        lambda i: pack([rng.choice([0, 1, 99, -1, "1"]), kind, base]),  # wrong version
+        lambda i: pack([V, f"no-such-kind-{i % 7}", base]),  # unknown kind
+        lambda i: pack([V, kind, {**base, rng.choice(list(base)): rng.choice(  # wrong types
             ["x", -5, [1, 2], {"a": 1}, None, 2**63, float("nan"), True])}]),
-        lambda i: pack([1, kind, {**base, "extra": 1}]),  # unknown field
-        lambda i: pack([1, kind]),  # wrong envelope
-        lambda i: pack([1, kind, {**base, ("running" if kind == "status" else "add"):  # huge id
+        lambda i: pack([V, kind, {**base, "extra": 1}]),  # unknown field
+        lambda i: pack([V, kind, {**base, **rng.choice(  # in the types, out of range
+            [{"max_load": 1e6}, {"applied": [2**41, 1]}, {"utilization": 1e4}, {"qps": 1e13},
+             {"sent_at": 1e16}] if kind == "status" else
+            [{"epoch": 2**41}, {"lease": 1e16}, {"parts": 70_000}, {"seq": 2**63}])}]),
+        lambda i: pack([V, kind]),  # wrong envelope
+        lambda i: pack([V, kind, {**base, ("running" if kind == "status" else "add"):  # huge id
                         ({"t" * 300: 1} if kind == "status" else ["t" * 300])}]),
     ]
     return [makers[i % len(makers)](i) for i in range(n)]
@@ -120,6 +125,14 @@ def refused(frames: list[bytes], *, accept: tuple[type, ...] = ()) -> list[bytes
         if isinstance(msg, accept):
             out.append(f)
     return out
+
+
+def _glances(frame: bytes) -> bool:
+    try:
+        codec.glance_status(frame)
+    except ProtocolError:
+        return False
+    return True
 
 
 def send_all(sock: Any, frames: list[bytes]) -> None:
@@ -160,6 +173,11 @@ def test_supervisor_survives_100k_malformed_frames_and_keeps_renewing_leases(
     decode = refused(malformed(rng, valid, "status", 2_000))
     decode += [codec.encode(m) for m in (  # valid messages of kinds a worker never sends
         Instructions(1, 1, 1, 5.0, 1, 1.0), Refusal(1, 1, "x", "y"), ControlRequest(1, "status"))]
+    # A frame whose fields pass the hot path's first read (`glance_status`: the task maps left
+    # encoded) is refused when its maps are read, or dropped before that as one more new id
+    # from a connection that brought too many (--fresh-ids): counted there, not as decode errors.
+    late = [f for f in decode if _glances(f)]
+    decode = [f for f in decode if not _glances(f)]
     multi = [[b"a", b"b"], [valid, valid], [b"", b"", b""]]
     impostor = [codec.encode(Status("w1", incarnation, 2**62 + i, 1.0, 10.0, {},
                                     WorkerState.READY)) for i in range(1_000)]
@@ -177,7 +195,7 @@ def test_supervisor_survives_100k_malformed_frames_and_keeps_renewing_leases(
     ctl.setsockopt(zmq.RCVHWM, 0)  # keep every reply: each one is counted
     rss0 = rss_kib(sup.proc.pid)
     peak = rss0
-    sent = {"decode": 0, "multi": 0, "impostor": 0, "control": 0}
+    sent = {"decode": 0, "late": 0, "multi": 0, "impostor": 0, "control": 0}
     replies = 0
     t0 = time.monotonic()
     try:
@@ -186,6 +204,9 @@ def test_supervisor_survives_100k_malformed_frames_and_keeps_renewing_leases(
             chunk = [decode[(sent["decode"] + i) % len(decode)] for i in range(BURST // 2)]
             send_all(junk, chunk)
             sent["decode"] += len(chunk)
+            chunk = [late[(sent["late"] + i) % len(late)] for i in range(BURST // 20)]
+            send_all(junk, chunk)
+            sent["late"] += len(chunk)
             for i in range(BURST // 10):
                 junk.send_multipart(multi[i % len(multi)])
             sent["multi"] += BURST // 10
@@ -241,7 +262,8 @@ def test_supervisor_survives_100k_malformed_frames_and_keeps_renewing_leases(
         ctx.term()
 
     delta = {k: final[k] - before[k] for k in ("decode_errors", "bad_frames", "impostor_reports",
-                                               "control_errors", "lease_expiries")}
+                                               "control_errors", "lease_expiries",
+                                               "bad_task_maps", "fresh_ids_refused")}
     print(f"\nsupervisor: {sum(sent.values())} frames in {flood_s:.1f} s {sent}; "
           f"counted {delta}; control replies {replies}; "
           f"RSS {rss0} KiB -> peak {peak} -> {rss1} KiB")
@@ -250,6 +272,7 @@ def test_supervisor_survives_100k_malformed_frames_and_keeps_renewing_leases(
     assert after["decode_errors"] - before["decode_errors"] == sent["decode"]
     assert delta["decode_errors"] == sent["decode"] + 1  # + the one just over the limit
     assert delta["bad_frames"] == sent["multi"]
+    assert delta["bad_task_maps"] + delta["fresh_ids_refused"] == sent["late"]
     assert delta["impostor_reports"] == sent["impostor"]
     assert delta["control_errors"] == sent["control"]
     # Replies to a client that sends faster than it reads are dropped at the control socket's
