@@ -27,7 +27,6 @@ for restarts). Only the two highest claims are kept: O(1) per report, whatever t
 
 from __future__ import annotations
 
-
 SLACK = 1024  # how far one worker's word alone may move the epoch
 
 
