@@ -249,7 +249,8 @@ class SupervisorUnderTest:
             [str(BIN / "corral-supervisor"), "run", "--bind", self.endpoint,
              "--control", self.control, "--tasks", f"file:{self.tmp / 'tasks.txt'}",
              "--allow-empty", "--warmup", "0.5", "--state-file", str(self.tmp / "epoch"),
-             "--lease", "10", "--log-level", "warning"],
+             "--lease", "10", "--log-level", "warning",
+             "--fresh-ids", str(self.workers)],  # emulated workers share connections
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while True:

@@ -91,7 +91,9 @@ class Supervisor:
         args = [str(BIN / "corral-supervisor"), "run", "--bind", self.endpoint,
                 "--control", self.control, "--tasks", f"file:{self.tmp / 'tasks.txt'}",
                 "--state-file", str(self.tmp / "epoch"), "--expect-workers",
-                str(self.workers), "--lease", str(LEASE), "--log-level", "warning"]
+                str(self.workers), "--lease", str(LEASE), "--log-level", "warning",
+                # emulated workers share connections: let each bring as many ids as it has
+                "--fresh-ids", str(self.workers)]
         started = time.monotonic()
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL,
                                      stderr=open(self.tmp / "supervisor.log", "ab"))  # noqa: SIM115

@@ -128,7 +128,8 @@ def start_fleet(procs: Procs) -> tuple[Supervisor, Generator]:
     tasks = procs.tmp / "tasks.txt"
     tasks.write_text("".join(f"stream-{i:05d}\n" for i in range(TASKS)))
     sup = Supervisor(procs, f"file:{tasks}", expect_workers=WORKERS, warmup=60, lease=10,
-                     lease_margin=2, tick=0.5, report_interval=1.0, log_level="warning")
+                     lease_margin=2, tick=0.5, report_interval=1.0, log_level="warning",
+                     fresh_ids=WORKERS)  # emulated: many workers share a connection
     return sup, Generator(sup.endpoint)
 
 
