@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from .procs import Procs, Supervisor, wait_until
+from ..support import wait_until
+from .procs import Procs, Supervisor
 from .test_dashboard_support import Dashboard, browser, screenshot
 
 pytestmark = pytest.mark.e2e

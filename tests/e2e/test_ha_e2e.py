@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from ..etcd_server import Etcd
+from ..support import wait_until
 from .dealers import FakeWorker, Fleet
-from .procs import Procs, Supervisor, wait_until
+from .procs import Procs, Supervisor
 
 pytestmark = pytest.mark.e2e
 

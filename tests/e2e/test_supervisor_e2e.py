@@ -17,8 +17,9 @@ import zmq
 from corral.common.wire import codec
 from corral.common.wire.protocol import ControlRequest, WorkerState, token_epoch
 
+from ..support import wait_until
 from .dealers import FakeWorker, Fleet
-from .procs import BIN, Procs, Supervisor, wait_until
+from .procs import BIN, Procs, Supervisor
 
 pytestmark = pytest.mark.e2e
 

@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from .fleetprocs import intervals, owners_at, running_now, start_worker, uncovered
-from .procs import Procs, Supervisor, wait_until
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from chaostools.proxy import Fault, Proxy
+
+from ..support import wait_until
+from .fleetprocs import intervals, owners_at, running_now, start_worker, uncovered
+from .procs import Procs, Supervisor
 
 pytestmark = pytest.mark.e2e
 

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import socket
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from chaostools import schedule
 from chaostools.proxy import Fault, Proxy
