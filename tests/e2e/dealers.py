@@ -1,7 +1,9 @@
 """DEALER sockets playing workers against a real supervisor, following docs/protocol.md.
 
 One background thread owns every socket (ZeroMQ sockets are not thread-safe); tests change a
-fake worker's behaviour through plain attributes (``silent``, ``state``, ``max_load``).
+fake worker's behaviour through plain attributes (``silent``, ``state``, ``max_load``). A fake
+worker applies its sets as the real one does: `corral.worker.sets.SetApplier`, the worker's own
+reading of a set (parts, stale sets, remove over add, tokens).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 import zmq
 
 from corral.common.wire import codec
-from corral.common.wire.protocol import Instructions, Refusal, Status, WorkerState, make_token
+from corral.common.wire.protocol import Instructions, Refusal, Status, WorkerState
+from corral.worker.sets import SetApplier
 
 
 @dataclass
@@ -25,8 +28,6 @@ class FakeWorker:
     incarnation: int = 1
     state: WorkerState = WorkerState.READY
     silent: bool = False
-    running: dict[str, int] = field(default_factory=dict)
-    applied: tuple[int, int] = (0, 0)
     lease_until: float = 0.0
     refused: str | None = None
     seq: int = 0
@@ -36,6 +37,24 @@ class FakeWorker:
     applied_from: list[tuple[float, str, int]] = field(default_factory=list)  # (t, endpoint, epoch)
     lapses: int = 0
     changes: int = 0  # tasks started or stopped after the first placement
+    sets: SetApplier = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sets = SetApplier(self.incarnation)
+
+    @property
+    def running(self) -> dict[str, int]:
+        """task -> the token it runs under."""
+        return self.sets.tokens()
+
+    @property
+    def applied(self) -> tuple[int, int]:
+        return self.sets.applied
+
+    def lose_lease(self) -> None:
+        """Its lease lapsed (--on-lease-loss stop): it stops every task."""
+        self.sets.held.clear()
+        self.lapses += 1
 
     @property
     def identity(self) -> bytes:
@@ -48,31 +67,18 @@ class FakeWorker:
                                    lease_held=now < self.lease_until))
 
     def apply(self, msg: Instructions | Refusal) -> bool:
+        """Take one frame; True when it changed something (reported at once)."""
         self.received += 1
         if isinstance(msg, Refusal):
             self.refused = msg.reason
             return True
-        if msg.incarnation != self.incarnation or (msg.epoch, msg.seq) <= self.applied:
-            return False
-        self.applied = (msg.epoch, msg.seq)
-        self.lease_until = max(self.lease_until, msg.answers_sent_at + msg.lease)
-        if msg.reset:
-            if self.running and set(self.running) != set(msg.add):
-                self.changes += len(set(self.running) ^ set(msg.add))
-            self.running = {t: self.running.get(t) or self._token(msg, t) for t in msg.add}
-        else:
-            if self.running:
-                self.changes += len(msg.remove) + len(set(msg.add) - set(self.running))
-            for t in msg.remove:
-                self.running.pop(t, None)
-            for t in msg.add:
-                self.running.setdefault(t, self._token(msg, t))
-        return bool(msg.add or msg.remove or msg.reset)
-
-    @staticmethod
-    def _token(msg: Instructions, task: str) -> int:
-        return msg.tokens.get(task) or make_token(msg.epoch, 0)
-
+        had = bool(self.sets.held)
+        out = self.sets.offer(msg)
+        if out.taken:  # a set or a part: it answers one of our reports
+            self.lease_until = max(self.lease_until, msg.answers_sent_at + msg.lease)
+        if had:
+            self.changes += len(out.started) + len(out.stopped)
+        return out.changed
 
 class Fleet:
     """Fake workers reporting to one supervisor, or to several (HA: one DEALER each)."""
@@ -127,9 +133,8 @@ class Fleet:
                 now = time.monotonic()
                 with self._lock:
                     for w in self.workers:
-                        if w.refused is None and now >= w.lease_until and w.running:
-                            w.running.clear()  # --on-lease-loss stop
-                            w.lapses += 1
+                        if w.refused is None and now >= w.lease_until and w.sets.held:
+                            w.lose_lease()
                         if not w.silent and w.refused is None and now >= w.next_report:
                             w.next_report = now + self.interval
                             frame = w.status(now)

@@ -1,6 +1,8 @@
-"""One reading of an instruction set (corral.worker.sets): `WorkerMachine` (ready, holding a
-lease, starts and stops done at once) and `SetApplier`, which stands in for it, hold the same
-tasks under the same grants after any frames, parts and stale or foreign sets included."""
+"""One reading of an instruction set (corral.worker.sets), and everything that stands in for a
+worker agrees with the real one: `WorkerMachine` (ready, holding a lease, starts and stops done
+at once), `SetApplier`, the e2e tests' fake workers (tests/e2e/dealers.py) and the emulated
+fleet of scripts/bench scale (scripts/benchmarks/_fleet.py) hold the same tasks under the same
+grants after any frames, parts and stale or foreign sets included."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import msgspec
+from benchmarks import _fleet
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -17,6 +20,7 @@ from corral.worker.events import Received, StartTask, StopTask
 from corral.worker.sets import Grant, SetApplier, apply_set, plan_set, unwanted
 from corral.worker.state import TaskState
 
+from ..e2e.dealers import FakeWorker
 from .test_worker_state import CFG, INC, Sim
 
 TASKS = ["a", "b", "c", "d", "e", "f"]
@@ -74,7 +78,18 @@ def applier() -> Standin:
     return s.offer, s.tokens
 
 
-STANDINS = [applier]
+def fake_worker() -> Standin:
+    w = FakeWorker("w1", incarnation=INC)
+    return w.apply, lambda: dict(w.running)
+
+
+def emulated() -> Standin:
+    w = _fleet._Worker("w1", INC)
+    _fleet._encode(w)
+    return (lambda m: _fleet._apply(w, m)), w.sets.tokens
+
+
+STANDINS = [applier, fake_worker, emulated]
 
 
 class Machine:
