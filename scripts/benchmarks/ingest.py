@@ -36,18 +36,11 @@ from typing import Any
 import msgpack
 import zmq
 from _dashboards import Dashboards, listing_cpu, polling_cpu, report, summary
+from chaostools.ports import free_port  # scripts/ is on the path (scripts/bench)
 
 BIN = Path(sys.executable).parent
 SEQ_BASE = 1 << 24  # seqs are always msgpack uint32, so they can be patched in place
 SAMPLE_S = 0.5
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def template(i: int, applied: tuple[int, int] = (0, 0),
