@@ -83,7 +83,9 @@ def test_a_frozen_agent_s_tasks_end_when_its_lease_lapses(
         os.kill(agent.pid, signal.SIGCONT)
     # Awake: it finds its lease lapsed, holds nothing, and restarts nothing.
     status = supervisor.wait_for(lambda s: not s.lease_held and s.running == {})
-    time.sleep(0.5)  # a few report intervals in which nothing may start
+    for _ in range(5):  # a few more reports (turns of its loop) in which nothing may start
+        status = supervisor.recv()
+        assert not status.lease_held and status.running == {}
     assert [d for d in lines(tmp_path / "journal") if d["event"] == "start"][2:] == []
     assert agent.poll() is None
     # A new lease and set: it takes tasks again.

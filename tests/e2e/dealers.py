@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,8 @@ class FakeWorker:
     lapses: int = 0
     changes: int = 0  # tasks started or stopped after the first placement
     sets: SetApplier = field(init=False)
+    reset_seq: dict[int, int] = field(default_factory=dict)  # epoch -> our seq at its reset
+    answered: tuple[int, int] = (0, 0)  # (epoch, our report's seq) the last set answered
 
     def __post_init__(self) -> None:
         self.sets = SetApplier(self.incarnation)
@@ -76,9 +79,20 @@ class FakeWorker:
         out = self.sets.offer(msg)
         if out.taken:  # a set or a part: it answers one of our reports
             self.lease_until = max(self.lease_until, msg.answers_sent_at + msg.lease)
+        if out.whole is not None:
+            self.answered = (out.whole.epoch, out.whole.answers_seq)
+            if out.whole.reset:
+                self.reset_seq.setdefault(out.whole.epoch, self.seq)
         if had:
             self.changes += len(out.started) + len(out.stopped)
         return out.changed
+
+    def settled(self, epoch: int) -> bool:
+        """The supervisor of ``epoch`` has answered a report of ours that showed its reset
+        applied (and we applied the answer): whatever it makes of what we run, it has said."""
+        return epoch in self.reset_seq and self.answered[0] == epoch \
+            and self.answered[1] > self.reset_seq[epoch]
+
 
 class Fleet:
     """Fake workers reporting to one supervisor, or to several (HA: one DEALER each)."""
@@ -88,6 +102,7 @@ class Fleet:
         self.interval = interval
         self.workers: list[FakeWorker] = []
         self._pending: list[FakeWorker] = []
+        self._received: dict[str, int] = dict.fromkeys(self.endpoints, 0)  # frames, per endpoint
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -101,6 +116,16 @@ class Fleet:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(10)
+
+    def every(self, pred: Callable[[FakeWorker], bool]) -> bool:
+        """Whether ``pred`` holds for every worker now."""
+        with self._lock:
+            return all(pred(w) for w in self.workers)
+
+    def received_from(self, endpoint: str) -> int:
+        """Frames received from ``endpoint`` so far (by every worker)."""
+        with self._lock:
+            return self._received[endpoint]
 
     def owners(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -148,6 +173,7 @@ class Fleet:
                         continue
                     with self._lock:
                         w, endpoint = owner[sock]
+                        self._received[endpoint] += 1
                         if w.silent:
                             continue
                         msg = codec.decode(frame)

@@ -87,6 +87,14 @@ class Supervisor:
 
         return request(self.control, verb, args, timeout=3.0)
 
+    def heard_since(self, since: float) -> dict[str, dict[str, Any]]:
+        """The workers (their rows, by id) whose latest report reached the supervisor at
+        ``since`` or later. Its clock is CLOCK_MONOTONIC, as ours; it counts a report's age
+        after ``asked``, so ``asked - age`` is no later than when the report arrived."""
+        asked = time.monotonic()
+        rows = self.query("workers")["workers"]
+        return {r["id"]: r for r in rows if asked - r["last_report_age_s"] >= since}
+
 
 def write_json(path: Path, value: Any) -> None:
     """Replace ``path`` with ``value`` as JSON at once: a watching source never reads half."""

@@ -34,6 +34,7 @@ from .procs import BIN, Procs, Supervisor
 pytestmark = pytest.mark.e2e
 
 FRAMES = 100_000
+LEASE, REPORT = 3.0, 0.5  # the supervisor's lease (procs.Supervisor), the workers' interval
 BURST = 2_000
 RSS_GROWTH_LIMIT_KIB = 64 * 1024
 
@@ -232,7 +233,13 @@ def test_supervisor_survives_100k_malformed_frames_and_keeps_renewing_leases(
                                        WorkerState.READY)))
         wait_until(lambda: sup.query("counters")["duplicate_ids"] == 1, timeout=20,
                    what="the duplicate refused")
-        time.sleep(4.0)  # longer than the lease: a missed renewal would show now
+        # A renewal missed until now would show once the lease it left a worker with has run
+        # out: every worker's report sent after that (it arrives a report interval later at
+        # the latest) must say it holds its lease.
+        horizon = time.monotonic() + LEASE + REPORT
+        wait_until(lambda: {"w1", "w2", "w3"} <= (heard := sup.heard_since(horizon)).keys()
+                   and all(r["lease_held"] for r in heard.values()), timeout=30,
+                   what="every worker's report from after its lease would have lapsed")
         probe.close(0)
         final = sup.query("counters")
         rss1 = rss_kib(sup.proc.pid)
