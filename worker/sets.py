@@ -112,7 +112,8 @@ def apply_set(held: Mapping[str, Grant], msg: Instructions) -> Applied:
     """The tasks held after the whole set ``msg``, every start and stop done at once: what a
     worker that may start tasks ends up running (`WorkerMachine` with instant tasks)."""
     plan = plan_set(held, msg)
-    after = {t: g for t, g in held.items() if t not in plan.stop}
+    stop = set(plan.stop)
+    after = {t: g for t, g in held.items() if t not in stop}
     started = []
     for task, grant in plan.want.items():
         had = after.get(task)
@@ -158,6 +159,7 @@ class SetApplier:
         return {t: g.token for t, g in self.held.items()}
 
     def offer(self, msg: Instructions) -> Outcome:
+        """Take one frame: a whole set, or a part of one (applied once all parts are in)."""
         if unwanted(msg, self.incarnation, self.applied) is not None:
             return _DROPPED
         if msg.parts != 1 or msg.part != 0:
@@ -168,9 +170,9 @@ class SetApplier:
                 return Outcome(taken=taken)
             msg = whole
         self.applied = (msg.epoch, msg.seq)
-        pending = self._assembler.pending if self._assembler is not None else None
-        if pending is not None and pending <= self.applied:
-            self._assembler.forget()  # type: ignore[union-attr]  # superseded
+        a = self._assembler
+        if a is not None and a.pending is not None and a.pending <= self.applied:
+            a.forget()  # superseded by what was just applied
         if not has_content(msg):
             return Outcome(taken=True, whole=msg)
         done = apply_set(self.held, msg)
