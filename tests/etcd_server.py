@@ -5,13 +5,10 @@ failure, never a silent skip."""
 from __future__ import annotations
 
 import shutil
-import signal
-import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
-from .e2e.procs import free_port
+from .support import Proc, free_port, wait_until
 
 
 class Etcd:
@@ -29,31 +26,23 @@ class Etcd:
                       "--listen-peer-urls", f"http://127.0.0.1:{peer}",
                       "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
                       "--initial-cluster", f"test=http://127.0.0.1:{peer}"]
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Proc | None = None
         self.start()
 
     def start(self) -> None:
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self._args, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        deadline = time.monotonic() + 20
-        while True:
+        proc = self.proc = Proc(self._args, self.log)
+
+        def healthy() -> bool:
+            assert proc.alive(), f"etcd exited: {proc.output()[-2000:]}"
             try:
                 with urllib.request.urlopen(f"{self.client_url}/health", timeout=1) as r:
-                    if b"true" in r.read():
-                        return
+                    return b"true" in r.read()
             except OSError:
-                pass
-            assert self.proc.poll() is None, f"etcd exited: {self.log.read_text()[-2000:]}"
-            assert time.monotonic() < deadline, "etcd did not become healthy in 20 s"
-            time.sleep(0.1)
+                return False
 
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        wait_until(healthy, timeout=20, what="etcd healthy", interval=0.1)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop(grace=10)
         self.proc = None

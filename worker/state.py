@@ -12,7 +12,9 @@ Worker phases (reported as `WorkerState`: starting, ready, lame_duck, lame_duck)
     stopping -> exited      every task has stopped: one last report, then Exit(code)
 
 Tasks and their lifecycles are `corral.worker.tasks.TaskTable`'s; the machine decides whether
-they may start (phase, lease). A set that comes in ``parts`` is put together by
+they may start (phase, lease). What a set asks (remove wins over add, a reset stops the rest,
+the tokens) is read by `corral.worker.sets`, the one reading the worker's stand-ins in tests
+and benchmarks share. A set that comes in ``parts`` is put together by
 `corral.worker.assembly.Assembler` and applied only whole; every part taken renews the lease
 (it answers one of our reports).
 
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from corral.common.wire.protocol import Instructions, Refusal, Status, WorkerState, make_token
+from corral.common.wire.protocol import Instructions, Refusal, Status, WorkerState
 
 from . import events as ev
 from .assembly import Assembler
@@ -44,7 +46,8 @@ from .config import (
     LeaseLoss,
     WorkerConfig,
 )
-from .tasks import Grant, TaskState, TaskTable
+from .sets import has_content, plan_set, unwanted
+from .tasks import TaskState, TaskTable
 
 __all__ = ["Phase", "TaskState", "WorkerMachine"]
 
@@ -212,11 +215,9 @@ class WorkerMachine:
     # -- events --------------------------------------------------------------------------------
 
     def _on_instructions(self, msg: Instructions, now: float, out: list[ev.Action]) -> None:
-        if msg.incarnation != self.incarnation:
-            self._counters["sets_foreign"] += 1
-            return
-        if (msg.epoch, msg.seq) <= self._applied:
-            self._counters["sets_stale"] += 1
+        why = unwanted(msg, self.incarnation, self._applied)
+        if why is not None:  # another incarnation's, or not newer than the one applied
+            self._counters[why] += 1
             return
         if self._phase is Phase.STOPPING:
             self._counters["sets_while_stopping"] += 1
@@ -238,24 +239,18 @@ class WorkerMachine:
             self._assembler.forget()  # superseded by what was just applied
         # A set with something in it is confirmed by a report at once; a bare renewal is not
         # (nobody waits for it, and a report per renewal would double the supervisor's load).
-        if msg.reset or msg.add or msg.remove:
+        if has_content(msg):
             self._dirty = True
         self._renew(msg, now, out)
         may_start = self._may_start()
-        removed = set(msg.remove)  # named in both add and remove: remove wins (the safe side)
-        wanted = [t for t in dict.fromkeys(msg.add) if t not in removed]
-        if msg.reset:
-            keep = set(wanted)
-            removed = {t for t in self._tasks if t not in keep}
-        for task in sorted(removed):
+        # What the set asks (corral.worker.sets: remove wins, a reset stops the rest, tokens);
+        # the table decides what that means for each task's lifecycle.
+        plan = plan_set(self._tasks, msg)
+        for task in plan.stop:
             self._tasks.stop(task, out)
-        tokens, specs = msg.tokens, msg.specs
-        for task in wanted:
-            token = tokens.get(task)
-            if token is None:  # a supervisor that names no token: the set's epoch, counter 0
-                self._counters["adds_without_token"] += 1
-                token = make_token(msg.epoch, 0)
-            self._tasks.add(task, Grant(token, specs.get(task)), may_start, out)
+        self._counters["adds_without_token"] += plan.without_token
+        for task, grant in plan.want.items():
+            self._tasks.add(task, grant, may_start, out)
 
     def _renew(self, msg: Instructions, now: float, out: list[ev.Action]) -> None:
         # The set answers one of our reports, so its send time cannot be later than our latest

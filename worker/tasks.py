@@ -30,6 +30,7 @@ from enum import StrEnum
 
 from . import events as ev
 from .config import Backoff
+from .sets import Grant
 
 
 class TaskState(StrEnum):
@@ -37,14 +38,6 @@ class TaskState(StrEnum):
     RUNNING = "running"
     BACKOFF = "backoff"
     STOPPING = "stopping"
-
-
-@dataclass(frozen=True)
-class Grant:
-    """One assignment of a task: its fencing token and its spec (None: no spec)."""
-
-    token: int
-    spec: str | None
 
 
 @dataclass

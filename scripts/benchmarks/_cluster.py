@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,13 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from chaostools.ports import free_port  # scripts/ is on the path (scripts/bench, demo.py)
+
 BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def fleet_parser(doc: str, tasks: int = 200, workers: int = 5) -> argparse.ArgumentParser:

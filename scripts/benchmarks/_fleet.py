@@ -43,15 +43,14 @@ NICE = 10
 
 
 class _Worker:
-    __slots__ = ("applied", "applied_off", "buf", "id", "inc", "off", "parts", "running", "seq",
-                 "sock")
+    __slots__ = ("applied_off", "buf", "id", "inc", "off", "seq", "sets", "sock")
 
     def __init__(self, wid: str, inc: int) -> None:
+        from corral.worker.sets import SetApplier
+
         self.id, self.inc = wid, inc
-        self.running: dict[str, int] = {}
-        self.applied = (0, 0)
+        self.sets = SetApplier(inc)  # the real worker's reading of its sets
         self.seq = SEQ_MARK
-        self.parts: dict[int, Any] = {}
         self.buf = bytearray()
         self.off = 0
         self.applied_off = 0
@@ -61,7 +60,7 @@ def _encode(w: _Worker) -> None:
     from corral.common.wire import codec
     from corral.common.wire.protocol import Status
 
-    st = Status(w.id, w.inc, SEQ_MARK, 1.0, 20.0, dict(w.running),
+    st = Status(w.id, w.inc, SEQ_MARK, 1.0, 20.0, w.sets.tokens(),
                 applied=(EPOCH_MARK, APPLIED_MARK), lease_held=True)
     raw = codec.encode(st)
     w.buf = bytearray(raw)
@@ -71,39 +70,19 @@ def _encode(w: _Worker) -> None:
 
 
 def _patch_applied(w: _Worker) -> None:
-    struct.pack_into(">QBI", w.buf, w.applied_off, w.applied[0], 0xCE, w.applied[1])
+    epoch, seq = w.sets.applied
+    struct.pack_into(">QBI", w.buf, w.applied_off, epoch, 0xCE, seq)
 
 
 def _apply(w: _Worker, msg: Any) -> bool:
-    """Apply one set (or part); True when it had content (a worker reports that at once)."""
-    if (msg.epoch, msg.seq) <= w.applied:
+    """Apply one set (or part) as a worker does (corral.worker.sets); True when a set with
+    content was applied (a worker reports that at once)."""
+    out = w.sets.offer(msg)
+    if out.whole is None:
         return False
-    if msg.parts > 1:
-        key = (msg.epoch, msg.seq)
-        if w.parts.get(-1) != key:
-            w.parts = {-1: key}
-        w.parts[msg.part] = msg
-        if len(w.parts) - 1 < msg.parts:
-            return False
-        parts = [w.parts[i] for i in range(msg.parts)]
-        w.parts = {}
-        add = [t for p in parts for t in p.add]
-        remove = [t for p in parts for t in p.remove]
-        tokens = {k: v for p in parts for k, v in p.tokens.items()}
-    else:
-        add, remove, tokens = list(msg.add), list(msg.remove), dict(msg.tokens)
-    w.applied = (msg.epoch, msg.seq)
-    if not (msg.reset or add or remove):
+    if not out.changed:
         _patch_applied(w)  # the next periodic report says it applied this renewal
         return False
-    if msg.reset:
-        keep = set(add)
-        w.running = {t: tok for t, tok in w.running.items() if t in keep}
-    for t in remove:
-        w.running.pop(t, None)
-    for t in add:
-        if t not in w.running:
-            w.running[t] = tokens.get(t, 0)
     return True
 
 

@@ -36,25 +36,20 @@ from typing import Any
 import msgpack
 import zmq
 from _dashboards import Dashboards, listing_cpu, polling_cpu, report, summary
+from chaostools.ports import free_port  # scripts/ is on the path (scripts/bench)
 
 BIN = Path(sys.executable).parent
 SEQ_BASE = 1 << 24  # seqs are always msgpack uint32, so they can be patched in place
 SAMPLE_S = 0.5
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def template(i: int, applied: tuple[int, int] = (0, 0)) -> bytearray:
+def template(i: int, applied: tuple[int, int] = (0, 0),
+             running: dict[str, int] | None = None) -> bytearray:
     from corral.common.wire import codec
     from corral.common.wire.protocol import Status
 
-    st = Status(f"worker-{i:05d}", 1000 + i, SEQ_BASE + 0x5A5A5A, 1.0, 10, {}, applied=applied)
+    st = Status(f"worker-{i:05d}", 1000 + i, SEQ_BASE + 0x5A5A5A, 1.0, 10, running or {},
+                applied=applied)
     return bytearray(codec.encode(st))
 
 
@@ -86,9 +81,13 @@ def sender(
     s.setsockopt(zmq.SNDHWM, 10_000)
     s.connect(endpoint)
     from corral.common.wire import codec
+    from corral.common.wire.protocol import Instructions
+    from corral.worker.sets import SetApplier
 
     bufs, off = templates(first, count, applied)
     applied = dict(applied)
+    # Each worker follows its sets as a worker does (the task list is empty: renewals only).
+    sets = [SetApplier(1000 + i, applied.get(i, (0, 0))) for i in range(first, first + count)]
     pack_into, send, recv, decode = struct.pack_into, s.send, s.recv, codec.decode
     seq, sent, n = seq0, 0, len(bufs)
     time.sleep(0.3)  # let the connection come up
@@ -114,9 +113,10 @@ def sender(
             while True:
                 msg = decode(recv(zmq.NOBLOCK))
                 i = getattr(msg, "incarnation", 0) - 1000 - first
-                if 0 <= i < n:
-                    applied[first + i] = (msg.epoch, msg.seq)  # type: ignore[attr-defined]
-                    bufs[i] = template(first + i, applied[first + i])
+                if 0 <= i < n and isinstance(msg, Instructions) \
+                        and sets[i].offer(msg).whole is not None:
+                    applied[first + i] = sets[i].applied
+                    bufs[i] = template(first + i, sets[i].applied, sets[i].tokens())
         except zmq.Again:
             pass
     result.put((index, sent, time.monotonic() - start, applied))

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import zmq
+from chaostools.ports import free_port  # scripts/ is on the path (scripts/bench)
 
 BIN = Path(sys.executable).parent
 DELAYS_MS = (2.0, 2.667, 3.333, 4.0)
@@ -55,14 +56,6 @@ class Speed:
             time.sleep(self.delay)
         return request
 '''
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def echo_server(endpoint: str) -> None:

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from _fleet import PER_SOCKET, FleetProcs  # scripts/benchmarks/_fleet.py: the emulated workers
+from chaostools.ports import free_port  # scripts/ is on the path (scripts/bench)
 
 from corral.client import ControlClient
 from corral.client.errors import ControlFailed, Unreachable
@@ -54,14 +55,6 @@ BIN = Path(sys.executable).parent
 TASKS_PER_WORKER = 10
 LEASE, MARGIN, TICK = 10.0, 2.0, 0.5  # the defaults
 REPORT_INTERVAL = LEASE / 2  # the workers' default
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:

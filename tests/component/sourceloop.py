@@ -12,7 +12,7 @@ import pytest
 from corral.supervisor.events import TasksFetched
 from corral.supervisor.sources import Fetcher, TaskSource
 
-from ..e2e.procs import wait_until
+from ..support import wait_until
 
 THREADS = {"task-source", "etcd-task-watch"}
 

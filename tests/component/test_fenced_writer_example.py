@@ -12,8 +12,9 @@ from pathlib import Path
 
 from corral.common.wire.protocol import make_token
 
-from . import test_worker_support as support
-from .test_worker_support import WAIT, FakeSupervisor, Workers, wait_until
+from ..support import WAIT, wait_until
+from . import workerprocs as support
+from .workerprocs import FakeSupervisor, Workers
 
 supervisor_fixture = support.supervisor_fixture  # the `supervisor` fixture
 workers_fixture = support.workers_fixture  # the `workers` fixture
@@ -54,5 +55,5 @@ def test_run_by_the_worker_it_writes_under_the_assignment_s_token(
                   f"{sys.executable} {EXAMPLE} --db {db} --every 0.05")
     token = make_token(7, 42)
     supervisor.answer(supervisor.recv(), add=("room-1",), tokens={"room-1": token})
-    assert wait_until(lambda: db.exists() and rows(db)), "the task never wrote"
+    wait_until(lambda: db.exists() and rows(db), what="the task's first write")
     assert {n for _, n in rows(db)} == {token}

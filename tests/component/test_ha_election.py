@@ -9,8 +9,8 @@ import time
 from corral.cli import logs
 from corral.supervisor.ha import HA_EPOCH_BASE, Election, Role, parse_endpoints
 
-from ..e2e.procs import wait_until
 from ..etcd_server import Etcd
+from ..support import wait_until
 
 TTL = 2.0
 

@@ -23,9 +23,9 @@ from corral.worker.runner import CallRunner
 from corral.worker.serving import Server, Service
 from corral.worker.state import Phase
 
-from ..e2e.procs import free_port
-from . import test_worker_support as support
-from .test_worker_support import WAIT, FakeSupervisor, wait_until
+from ..support import WAIT, free_port, wait_until
+from . import workerprocs as support
+from .workerprocs import FakeSupervisor
 
 supervisor_fixture = support.supervisor_fixture
 workers_fixture = support.workers_fixture
@@ -240,9 +240,9 @@ def test_the_cli_refuses_a_handler_without_serve_and_a_taken_port(
     try:
         proc = workers.start("tcp://127.0.0.1:1", "--handler", "python:noserve:H", "--serve",
                              "tcp://127.0.0.1:1", env={"PYTHONPATH": str(tmp_path)})
-        assert proc.wait(WAIT) == 2 and "no serve(task, request)" in workers.stderr(proc)
+        assert proc.wait(WAIT) == 2 and "no serve(task, request)" in proc.output()
         proc = workers.start("tcp://127.0.0.1:1", "--handler", "log", "--serve",
                              f"tcp://127.0.0.1:{port}")
-        assert proc.wait(WAIT) == 2 and "cannot bind" in workers.stderr(proc)
+        assert proc.wait(WAIT) == 2 and "cannot bind" in proc.output()
     finally:
         busy.close(0)

@@ -25,7 +25,7 @@ from corral.common.balancer.weights import WeightConfig
 from corral.common.wire.codec import decode, encode
 from corral.common.wire.protocol import ControlReply, ControlRequest, Reply, Request
 
-from ..e2e.procs import free_port
+from ..support import free_port
 
 Answer = Callable[[Request], Reply | None]  # None: never answer
 

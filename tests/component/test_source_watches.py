@@ -16,8 +16,8 @@ import pytest
 from corral.common.wire.tasklist import TaskEntry
 from corral.supervisor.sources import TaskSource
 
-from ..e2e.procs import wait_until
 from ..etcd_server import Etcd
+from ..support import wait_until
 from . import sourceloop
 from .sourceloop import Loop, Loops
 
@@ -205,7 +205,7 @@ def test_a_compacted_revision_asks_for_a_full_read(etcd: Etcd, store: Store) -> 
 
 
 def test_endpoints_are_tried_in_turn(etcd: Etcd, store: Store, loops: Loops) -> None:
-    from ..e2e.procs import free_port
+    from ..support import free_port
 
     store.put("a", 1)
     target = f"etcd://127.0.0.1:{free_port()},127.0.0.1:{etcd.port}/corral/tasks"

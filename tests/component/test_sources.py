@@ -18,7 +18,7 @@ from corral.common.wire.tasklist import TaskEntry
 from corral.supervisor.events import TasksFetched
 from corral.supervisor.sources import TaskSource
 
-from ..e2e.procs import wait_until
+from ..support import wait_until
 from . import sourceloop
 from .sourceloop import Loops
 

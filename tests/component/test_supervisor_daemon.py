@@ -15,15 +15,7 @@ from corral.supervisor.config import SupervisorConfig
 from corral.supervisor.daemon import Daemon
 from corral.supervisor.lifecycle import Phase
 
-from ..e2e.procs import free_port
-
-
-class FakeClock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from ..support import FakeClock, free_port
 
 
 def test_the_loop_waits_for_deadlines_and_a_signal_stops_it(tmp_path: Path) -> None:

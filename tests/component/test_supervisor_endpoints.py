@@ -9,7 +9,7 @@ from pathlib import Path
 from corral.supervisor.config import SupervisorConfig
 from corral.supervisor.endpoints import KEEPALIVE_IDLE_S, Endpoints
 
-from ..e2e.procs import free_port
+from ..support import free_port
 
 KEEPALIVE_TIMER = 2  # /proc/net/tcp's "tr" column: 2 is the keepalive (or another) timer
 

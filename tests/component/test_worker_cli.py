@@ -12,8 +12,9 @@ import pytest
 
 from corral.common.wire.protocol import WorkerState, make_token
 
-from . import test_worker_support as support
-from .test_worker_support import WAIT, WORKER, FakeSupervisor, Workers, journal, wait_until
+from ..support import WAIT, wait_until
+from . import workerprocs as support
+from .workerprocs import WORKER, FakeSupervisor, Workers, journal
 
 E7 = make_token(7, 0)  # the token of a task given by a set of epoch 7 that names none
 
@@ -68,7 +69,7 @@ def test_sigterm_drains_lame_duck_and_exits_0_once_empty(
     path = tmp_path / "w1.journal"
     proc = workers.start(supervisor.endpoint, "--handler", "log", "--journal", str(path))
     _holding(supervisor, ("a", "b"))
-    proc.send_signal(signal.SIGTERM)
+    proc.signal(signal.SIGTERM)
     status = supervisor.wait_for(lambda s: s.state == WorkerState.LAME_DUCK)
     assert status.running == {"a": E7, "b": E7}
     supervisor.answer(status, add=("c",), remove=("a",))  # removes apply, adds do not
@@ -88,11 +89,11 @@ def test_drain_timeout_stops_what_is_left_and_exits_0(
     proc = workers.start(supervisor.endpoint, "--handler", "log", "--journal", str(path),
                          "--drain-timeout", "0.5")
     _holding(supervisor, ("a",))
-    proc.send_signal(signal.SIGTERM)
+    proc.signal(signal.SIGTERM)
     supervisor.wait_for(lambda s: s.state == WorkerState.LAME_DUCK)
     assert proc.wait(WAIT) == 0
     assert journal(path) == [("start", "a"), ("stop", "a")]
-    assert "drain timeout" in workers.stderr(proc)
+    assert "drain timeout" in proc.output()
 
 
 def test_a_second_signal_stops_at_once(
@@ -100,9 +101,9 @@ def test_a_second_signal_stops_at_once(
     path = tmp_path / "w1.journal"
     proc = workers.start(supervisor.endpoint, "--handler", "log", "--journal", str(path))
     _holding(supervisor, ("a",))
-    proc.send_signal(signal.SIGINT)  # a first SIGINT drains like SIGTERM
+    proc.signal(signal.SIGINT)  # a first SIGINT drains like SIGTERM
     supervisor.wait_for(lambda s: s.state == WorkerState.LAME_DUCK)
-    proc.send_signal(signal.SIGTERM)
+    proc.signal(signal.SIGTERM)
     assert proc.wait(WAIT) == 0
     assert journal(path) == [("start", "a"), ("stop", "a")]
 
@@ -115,7 +116,7 @@ def test_refused_worker_logs_the_reason_and_exits_3(
     supervisor.refuse(supervisor.recv(), "id w1 is used by a live worker")
     assert proc.wait(WAIT) == 3
     assert journal(path) == [("start", "a"), ("stop", "a")]
-    errors = [json.loads(line) for line in workers.stderr(proc).splitlines()
+    errors = [json.loads(line) for line in proc.output().splitlines()
               if '"error"' in line]
     assert errors and errors[0]["reason"] == "id w1 is used by a live worker"
 
@@ -141,9 +142,9 @@ def test_python_handler_from_a_module(
                          env={"PYTHONPATH": str(tmp_path)})
     _holding(supervisor, ("t1",))
     assert (tmp_path / "t1").exists()
-    proc.send_signal(signal.SIGTERM)
+    proc.signal(signal.SIGTERM)
     # Wait for the first to land: two pending SIGTERMs merge into one in the kernel.
     supervisor.wait_for(lambda s: s.state == WorkerState.LAME_DUCK)
-    proc.send_signal(signal.SIGTERM)
+    proc.signal(signal.SIGTERM)
     assert proc.wait(WAIT) == 0
-    assert wait_until(lambda: not (tmp_path / "t1").exists(), timeout=1.0)
+    wait_until(lambda: not (tmp_path / "t1").exists(), timeout=1.0, what="t1 stopped")

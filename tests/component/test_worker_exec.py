@@ -17,8 +17,9 @@ from corral.worker.events import TaskFailed, TaskStopped
 from corral.worker.handlers import TaskContext
 from corral.worker.process import ExecRunner
 
-from . import test_worker_support as support
-from .test_worker_support import FakeSupervisor, Workers, alive, wait_until
+from ..support import wait_until
+from . import workerprocs as support
+from .workerprocs import FakeSupervisor, Workers, alive
 
 E7 = make_token(7, 0)  # the token of a task given by a set of epoch 7 that names none
 
@@ -48,13 +49,14 @@ def runner_for() -> Iterator[type[ExecRunner]]:
 
 
 def pids(path: Path) -> list[int]:
-    text = wait_until(lambda: path.exists() and path.read_text().strip())
-    assert text, f"{path} was never written"
+    text = wait_until(lambda: path.exists() and path.read_text().strip(), what=f"{path} written")
     return [int(p) for p in text.split()]
 
 
 def poll_until(runner: ExecRunner, now: float) -> list[TaskStopped | TaskFailed]:
-    return wait_until(lambda: runner.poll(now)) or []
+    events: list[TaskStopped | TaskFailed] = wait_until(lambda: runner.poll(now),
+                                                        what="the runner's outcome")
+    return events
 
 
 def test_stop_terminates_the_whole_group(runner_for: type[ExecRunner], tmp_path: Path) -> None:
@@ -71,15 +73,20 @@ def test_stop_terminates_the_whole_group(runner_for: type[ExecRunner], tmp_path:
 def test_a_group_ignoring_sigterm_is_killed_after_the_grace(
         runner_for: type[ExecRunner], tmp_path: Path) -> None:
     runner = runner_for(IGNORES_TERM, stop_grace=3.0)
-    task = str(tmp_path / "a")
+    witness = runner_for(TWO_PROCS, stop_grace=3.0)  # a group that ends at SIGTERM
+    task, seen = str(tmp_path / "a"), str(tmp_path / "w")
     runner.start(TaskContext(task))
+    witness.start(TaskContext(seen))
     procs = pids(Path(task))
+    pids(Path(seen))
     runner.stop(task, now=10.0)
+    witness.stop(seen, now=10.0)
     assert runner.next_deadline(10.0) == 13.0
-    assert wait_until(lambda: runner.poll(12.9), timeout=0.3) == []  # grace not over: wait
-    assert all(alive(p) for p in procs)
+    # The witness's SIGTERM, sent after ours, has landed; the grace is not over: ours lives.
+    assert poll_until(witness, 12.9) == [TaskStopped(seen)]
+    assert runner.poll(12.9) == [] and all(alive(p) for p in procs)
     assert poll_until(runner, 13.0) == [TaskStopped(task)]
-    assert wait_until(lambda: not any(alive(p) for p in procs))
+    wait_until(lambda: not any(alive(p) for p in procs), what="every process gone")
 
 
 def test_a_crash_is_a_failure_and_its_leftovers_are_killed(
@@ -90,7 +97,7 @@ def test_a_crash_is_a_failure_and_its_leftovers_are_killed(
     leader, child = pids(Path(task))
     assert poll_until(runner, 0.0) == [TaskFailed(task, "exited with status 3")]
     assert not alive(leader)
-    assert wait_until(lambda: not alive(child))
+    wait_until(lambda: not alive(child), what="the leftover child killed")
     runner.start(TaskContext(task))  # the agent restarts it later: the id is free again
 
 
@@ -102,7 +109,8 @@ def test_task_ids_are_one_argument_never_shell_text(
     task = "a b; touch pwned $(touch pwned2) {task}"
     assert runner.command(task)[-1] == task
     runner.start(TaskContext(task))
-    assert wait_until(lambda: out.exists() and out.read_text()) == f"{task}|{task}"
+    assert wait_until(lambda: out.exists() and out.read_text(), what="the output") \
+        == f"{task}|{task}"
     assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
 
 
@@ -122,7 +130,7 @@ def test_close_ends_running_and_stopping_groups(
     procs = pids(Path(a)) + pids(Path(b))
     runner.stop(a, now=0.0)
     assert sorted(runner.close()) == sorted([a, b])
-    assert wait_until(lambda: not any(alive(p) for p in procs))
+    wait_until(lambda: not any(alive(p) for p in procs), what="every process gone")
 
 
 # -- through the agent -------------------------------------------------------------------------
@@ -149,7 +157,7 @@ def test_the_agent_leaves_no_process_behind_when_stopped(
     supervisor.answer(status, add=(task,))
     procs = pids(Path(task))
     supervisor.wait_for(lambda s: task in s.running)
-    proc.send_signal(signal.SIGTERM)  # drain times out, SIGTERM is ignored, SIGKILL ends it
+    proc.signal(signal.SIGTERM)  # drain times out, SIGTERM is ignored, SIGKILL ends it
     assert proc.wait(15.0) == 0
     assert not any(alive(p) for p in procs)
 
@@ -164,4 +172,4 @@ def test_a_killed_agent_takes_its_task_leaders_along(
     assert alive(leader)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(15.0)
-    assert wait_until(lambda: not alive(leader))
+    wait_until(lambda: not alive(leader), what="the leader gone")

@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import test_worker_support as support
-from .test_worker_support import FakeSupervisor, Workers, alive, wait_until
+from ..support import wait_until
+from . import workerprocs as support
+from .workerprocs import FakeSupervisor, Workers, alive
 
 supervisor_fixture = support.supervisor_fixture  # the `supervisor` fixture
 workers_fixture = support.workers_fixture  # the `workers` fixture
@@ -23,8 +24,7 @@ TWO_PROCS = "sh -c 'sleep 60 & echo $$ $! > \"$0\"; wait' {task}"
 
 
 def pids(path: Path) -> list[int]:
-    text = wait_until(lambda: path.exists() and path.read_text().strip())
-    assert text, f"{path} was never written"
+    text = wait_until(lambda: path.exists() and path.read_text().strip(), what=f"{path} written")
     return [int(p) for p in text.split()]
 
 
@@ -36,8 +36,7 @@ def keeper_of(agent: int) -> int:
             if b"keeperproc.py" in cmd:
                 return int(child)
         return None
-    pid = wait_until(find)
-    assert pid, "no keeper process"
+    pid = wait_until(find, what="the keeper process")
     return int(pid)
 
 
@@ -51,9 +50,11 @@ def exec_worker(workers: Workers, supervisor: FakeSupervisor, tmp: Path,
                          "--stop-grace", "1", "--journal", str(tmp / "journal"), *extra)
 
 
-def hold(supervisor: FakeSupervisor, tasks: tuple[str, ...], lease: float) -> float:
-    """Give the worker ``tasks`` under a lease; the monotonic time the lease ends."""
-    status = supervisor.recv()
+def hold(supervisor: FakeSupervisor, tasks: tuple[str, ...], lease: float,
+         after: float = 0.0) -> float:
+    """Give the worker ``tasks`` under a lease, answering a report sent at ``after`` or later;
+    the monotonic time the lease ends."""
+    status = supervisor.wait_for(lambda s: s.sent_at >= after)
     supervisor.answer(status, add=tasks, lease=lease)
     supervisor.wait_for(lambda s: set(s.running) == set(tasks) and s.lease_held)
     return status.sent_at + lease
@@ -67,21 +68,24 @@ def test_a_frozen_agent_s_tasks_end_when_its_lease_lapses(
     procs = [p for t in tasks for p in pids(Path(t))]
     os.kill(agent.pid, signal.SIGSTOP)  # and the supervisor renews nothing any more
     try:
-        assert wait_until(lambda: not any(alive(p) for p in procs), timeout=expires + 5
-                          - time.monotonic()), "the keeper did not end the tasks"
+        wait_until(lambda: not any(alive(p) for p in procs), timeout=expires + 5
+                   - time.monotonic(), what="the keeper ending the tasks")
         gone = time.monotonic()
         assert gone - expires < 1.0, gone - expires  # within the keeper's reach: at once
         def stops_() -> list[dict[str, Any]]:
             return [d for d in lines(tmp_path / "journal") if d["event"] == "stop"]
 
-        stops = wait_until(lambda: len(stops_()) == 2 and stops_())  # written as they end
+        stops = wait_until(lambda: len(stops_()) == 2 and stops_(),  # written as they end
+                           what="two stop lines")
         assert sorted(d["task"] for d in stops) == sorted(tasks)
         assert all(d["by"] == "keeper" and expires <= d["t"] < expires + 0.5 for d in stops)
     finally:
         os.kill(agent.pid, signal.SIGCONT)
     # Awake: it finds its lease lapsed, holds nothing, and restarts nothing.
     status = supervisor.wait_for(lambda s: not s.lease_held and s.running == {})
-    time.sleep(0.5)  # a few report intervals in which nothing may start
+    for _ in range(5):  # a few more reports (turns of its loop) in which nothing may start
+        status = supervisor.recv()
+        assert not status.lease_held and status.running == {}
     assert [d for d in lines(tmp_path / "journal") if d["event"] == "start"][2:] == []
     assert agent.poll() is None
     # A new lease and set: it takes tasks again.
@@ -91,16 +95,26 @@ def test_a_frozen_agent_s_tasks_end_when_its_lease_lapses(
 
 def test_with_keep_the_keeper_leaves_a_frozen_agent_s_tasks_running(
         supervisor: FakeSupervisor, workers: Workers, tmp_path: Path) -> None:
+    # A witness under `stop` (its own fake supervisor), given its lease after the agent under
+    # `keep` was: once the witness's keeper has ended its tasks, the agent's lease has lapsed
+    # too, and its keeper has had as long to act on it.
     agent = exec_worker(workers, supervisor, tmp_path, "--on-lease-loss", "keep")
-    task = str(tmp_path / "a")
-    expires = hold(supervisor, (task,), lease=1.0)
-    procs = pids(Path(task))
-    os.kill(agent.pid, signal.SIGSTOP)
-    try:
-        wait_until(lambda: False, timeout=max(0.0, expires + 1.0 - time.monotonic()))
-        assert all(alive(p) for p in procs)
-    finally:
-        os.kill(agent.pid, signal.SIGCONT)
+    with FakeSupervisor() as other:
+        witness = workers.start(other.endpoint, "--handler", "exec", "--exec", TWO_PROCS,
+                                "--stop-grace", "1", worker_id="witness")
+        task, seen = str(tmp_path / "a"), str(tmp_path / "w")
+        expires = hold(supervisor, (task,), lease=1.0)
+        os.kill(agent.pid, signal.SIGSTOP)
+        try:
+            hold(other, (seen,), lease=1.0, after=expires - 1.0)
+            os.kill(witness.pid, signal.SIGSTOP)
+            procs, witnessed = pids(Path(task)), pids(Path(seen))
+            wait_until(lambda: not any(alive(p) for p in witnessed), timeout=expires + 10
+                       - time.monotonic(), what="the witness's keeper ending its tasks")
+            assert all(alive(p) for p in procs)
+        finally:
+            os.kill(agent.pid, signal.SIGCONT)
+            os.kill(witness.pid, signal.SIGCONT)
 
 
 def test_a_killed_keeper_stops_the_tasks_and_the_agent_exits_4_within_a_second(
@@ -116,7 +130,7 @@ def test_a_killed_keeper_stops_the_tasks_and_the_agent_exits_4_within_a_second(
     took = time.monotonic() - killed
     assert took < 1.0, took
     assert not any(alive(p) for p in procs)
-    assert "lease keeper gone" in workers.stderr(agent)
+    assert "lease keeper gone" in agent.output()
 
 
 def test_a_killed_agent_s_keeper_ends_whole_groups(
@@ -129,7 +143,7 @@ def test_a_killed_agent_s_keeper_ends_whole_groups(
     os.kill(agent.pid, signal.SIGKILL)
     agent.wait(5.0)
     # PDEATHSIG takes the leader; the keeper takes the rest of its group, then exits.
-    assert wait_until(lambda: not alive(leader) and not alive(child))
-    assert wait_until(lambda: not alive(keeper))
+    wait_until(lambda: not alive(leader) and not alive(child), what="the group ended")
+    wait_until(lambda: not alive(keeper), what="the keeper exited")
     stops = [d for d in lines(tmp_path / "journal") if d["event"] == "stop"]
     assert [(d["task"], d.get("by")) for d in stops] == [(task, "keeper")]

@@ -20,9 +20,9 @@ from corral.worker.config import WorkerConfig
 from corral.worker.loop import WorkerLoop
 from corral.worker.runner import CallRunner
 
-from ..e2e.procs import free_port
-from . import test_worker_support as support
-from .test_worker_support import WAIT, FakeSupervisor, wait_until
+from ..support import WAIT, free_port, wait_until
+from . import workerprocs as support
+from .workerprocs import FakeSupervisor
 
 E7 = make_token(7, 0)  # the token of a task given by a set of epoch 7 that names none
 
@@ -105,7 +105,8 @@ def test_reports_are_dropped_not_queued_while_no_supervisor_listens(recorder: Re
     port = free_port()
     running = Running(f"tcp://127.0.0.1:{port}", recorder)
     try:
-        assert wait_until(lambda: running.loop.counters()["reports_dropped"] >= 3)
+        wait_until(lambda: running.loop.counters()["reports_dropped"] >= 3,
+                   what="3 reports dropped")
         bound_at = time.monotonic()
         with FakeSupervisor(port) as sup:
             first, second = sup.recv(), sup.recv()

@@ -17,8 +17,9 @@ from corral.worker.handlers import TaskContext, start_arity
 from corral.worker.loop import WorkerLoop
 from corral.worker.runner import CallRunner
 
-from . import test_worker_support as support
-from .test_worker_support import WAIT, FakeSupervisor, Workers, wait_until
+from ..support import WAIT, wait_until
+from . import workerprocs as support
+from .workerprocs import FakeSupervisor, Workers
 
 supervisor_fixture = support.supervisor_fixture  # the `supervisor` fixture
 workers_fixture = support.workers_fixture  # the `workers` fixture
@@ -64,7 +65,7 @@ def test_a_spec_without_the_named_key_fails_the_task_not_the_agent(
     supervisor.answer(status, add=(task,), specs={task: '{"room":{"number":5}}'})
     status = supervisor.wait_for(lambda s: s.failures.get(task, 0) >= 2)  # retried
     assert proc.poll() is None and not Path(task).exists()
-    assert "the task's spec has no 'room.name'" in workers.stderr(proc)
+    assert "the task's spec has no 'room.name'" in proc.output()
     supervisor.answer(status, add=(task,), specs={task: ROOM_B})  # a fixed spec: it runs
     assert written(Path(task)).endswith("|b")
     supervisor.wait_for(lambda s: task in s.running and not s.failures)

@@ -1,7 +1,9 @@
 """DEALER sockets playing workers against a real supervisor, following docs/protocol.md.
 
 One background thread owns every socket (ZeroMQ sockets are not thread-safe); tests change a
-fake worker's behaviour through plain attributes (``silent``, ``state``, ``max_load``).
+fake worker's behaviour through plain attributes (``silent``, ``state``, ``max_load``). A fake
+worker applies its sets as the real one does: `corral.worker.sets.SetApplier`, the worker's own
+reading of a set (parts, stale sets, remove over add, tokens).
 """
 
 from __future__ import annotations
@@ -9,13 +11,15 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
 
 from corral.common.wire import codec
-from corral.common.wire.protocol import Instructions, Refusal, Status, WorkerState, make_token
+from corral.common.wire.protocol import Instructions, Refusal, Status, WorkerState
+from corral.worker.sets import SetApplier
 
 
 @dataclass
@@ -25,8 +29,6 @@ class FakeWorker:
     incarnation: int = 1
     state: WorkerState = WorkerState.READY
     silent: bool = False
-    running: dict[str, int] = field(default_factory=dict)
-    applied: tuple[int, int] = (0, 0)
     lease_until: float = 0.0
     refused: str | None = None
     seq: int = 0
@@ -36,6 +38,26 @@ class FakeWorker:
     applied_from: list[tuple[float, str, int]] = field(default_factory=list)  # (t, endpoint, epoch)
     lapses: int = 0
     changes: int = 0  # tasks started or stopped after the first placement
+    sets: SetApplier = field(init=False)
+    reset_seq: dict[int, int] = field(default_factory=dict)  # epoch -> our seq at its reset
+    answered: tuple[int, int] = (0, 0)  # (epoch, our report's seq) the last set answered
+
+    def __post_init__(self) -> None:
+        self.sets = SetApplier(self.incarnation)
+
+    @property
+    def running(self) -> dict[str, int]:
+        """task -> the token it runs under."""
+        return self.sets.tokens()
+
+    @property
+    def applied(self) -> tuple[int, int]:
+        return self.sets.applied
+
+    def lose_lease(self) -> None:
+        """Its lease lapsed (--on-lease-loss stop): it stops every task."""
+        self.sets.held.clear()
+        self.lapses += 1
 
     @property
     def identity(self) -> bytes:
@@ -48,30 +70,28 @@ class FakeWorker:
                                    lease_held=now < self.lease_until))
 
     def apply(self, msg: Instructions | Refusal) -> bool:
+        """Take one frame; True when it changed something (reported at once)."""
         self.received += 1
         if isinstance(msg, Refusal):
             self.refused = msg.reason
             return True
-        if msg.incarnation != self.incarnation or (msg.epoch, msg.seq) <= self.applied:
-            return False
-        self.applied = (msg.epoch, msg.seq)
-        self.lease_until = max(self.lease_until, msg.answers_sent_at + msg.lease)
-        if msg.reset:
-            if self.running and set(self.running) != set(msg.add):
-                self.changes += len(set(self.running) ^ set(msg.add))
-            self.running = {t: self.running.get(t) or self._token(msg, t) for t in msg.add}
-        else:
-            if self.running:
-                self.changes += len(msg.remove) + len(set(msg.add) - set(self.running))
-            for t in msg.remove:
-                self.running.pop(t, None)
-            for t in msg.add:
-                self.running.setdefault(t, self._token(msg, t))
-        return bool(msg.add or msg.remove or msg.reset)
+        had = bool(self.sets.held)
+        out = self.sets.offer(msg)
+        if out.taken:  # a set or a part: it answers one of our reports
+            self.lease_until = max(self.lease_until, msg.answers_sent_at + msg.lease)
+        if out.whole is not None:
+            self.answered = (out.whole.epoch, out.whole.answers_seq)
+            if out.whole.reset:
+                self.reset_seq.setdefault(out.whole.epoch, self.seq)
+        if had:
+            self.changes += len(out.started) + len(out.stopped)
+        return out.changed
 
-    @staticmethod
-    def _token(msg: Instructions, task: str) -> int:
-        return msg.tokens.get(task) or make_token(msg.epoch, 0)
+    def settled(self, epoch: int) -> bool:
+        """The supervisor of ``epoch`` has answered a report of ours that showed its reset
+        applied (and we applied the answer): whatever it makes of what we run, it has said."""
+        return epoch in self.reset_seq and self.answered[0] == epoch \
+            and self.answered[1] > self.reset_seq[epoch]
 
 
 class Fleet:
@@ -82,6 +102,7 @@ class Fleet:
         self.interval = interval
         self.workers: list[FakeWorker] = []
         self._pending: list[FakeWorker] = []
+        self._received: dict[str, int] = dict.fromkeys(self.endpoints, 0)  # frames, per endpoint
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -95,6 +116,16 @@ class Fleet:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(10)
+
+    def every(self, pred: Callable[[FakeWorker], bool]) -> bool:
+        """Whether ``pred`` holds for every worker now."""
+        with self._lock:
+            return all(pred(w) for w in self.workers)
+
+    def received_from(self, endpoint: str) -> int:
+        """Frames received from ``endpoint`` so far (by every worker)."""
+        with self._lock:
+            return self._received[endpoint]
 
     def owners(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -127,9 +158,8 @@ class Fleet:
                 now = time.monotonic()
                 with self._lock:
                     for w in self.workers:
-                        if w.refused is None and now >= w.lease_until and w.running:
-                            w.running.clear()  # --on-lease-loss stop
-                            w.lapses += 1
+                        if w.refused is None and now >= w.lease_until and w.sets.held:
+                            w.lose_lease()
                         if not w.silent and w.refused is None and now >= w.next_report:
                             w.next_report = now + self.interval
                             frame = w.status(now)
@@ -143,6 +173,7 @@ class Fleet:
                         continue
                     with self._lock:
                         w, endpoint = owner[sock]
+                        self._received[endpoint] += 1
                         if w.silent:
                             continue
                         msg = codec.decode(frame)

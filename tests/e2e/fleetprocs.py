@@ -11,7 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .procs import BIN, Proc, Procs, Supervisor
+from ..support import Proc
+from .procs import BIN, Procs, Supervisor
 
 FAST = ["--report-interval", "0.5", "--drain-timeout", "10"]
 

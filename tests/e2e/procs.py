@@ -1,79 +1,24 @@
 """Real processes on loopback for end-to-end tests: start, wait, stop — always by pid.
 
-Every process a test starts is registered with a `Procs` and stopped by it (SIGTERM, then
-SIGKILL after a grace period) when the test ends, whatever happened. Waiting is bounded.
+Every process a test starts (a `tests.support.Proc`) is registered with a `Procs` and stopped
+by it (SIGTERM, then SIGKILL after a grace period) when the test ends, whatever happened.
+Waiting is bounded (`tests.support.wait_until`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..support import Proc, free_port
+
 BIN = Path(sys.executable).parent
-# The port picker is shared with the chaos harness (scripts/chaostools/ports.py).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from chaostools.ports import free_port  # noqa: E402
-
-
-def wait_until(pred: Callable[[], Any], timeout: float = 15.0, interval: float = 0.05,
-               what: str = "condition") -> Any:
-    """Poll ``pred`` until it returns something truthy; bounded in time."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
-
-
-class Proc:
-    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-        self.args = args
-        self.log = log
-        self._fh = open(log, "ab")  # noqa: SIM115 (closed in stop)
-        self.popen = subprocess.Popen(args, stdout=self._fh, stderr=subprocess.STDOUT,
-                                      env={**os.environ, **(env or {})},
-                                      start_new_session=True)
-        self.pid = self.popen.pid
-
-    def signal(self, signum: int) -> None:
-        if self.popen.poll() is None:
-            os.kill(self.pid, signum)
-
-    def wait(self, timeout: float = 15.0) -> int:
-        return self.popen.wait(timeout)
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def stop(self, grace: float = 5.0) -> int | None:
-        if self.popen.poll() is None:
-            os.kill(self.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(grace)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.pid, signal.SIGKILL)
-                self.popen.wait(5)
-        else:
-            # Its process group may hold children (exec tasks): never leave them behind.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
-        self._fh.close()
-        return self.popen.returncode
-
-    def output(self) -> str:
-        self._fh.flush()
-        return self.log.read_text(errors="replace")
 
 
 class Procs:
@@ -141,6 +86,14 @@ class Supervisor:
         from corral.client.control import request
 
         return request(self.control, verb, args, timeout=3.0)
+
+    def heard_since(self, since: float) -> dict[str, dict[str, Any]]:
+        """The workers (their rows, by id) whose latest report reached the supervisor at
+        ``since`` or later. Its clock is CLOCK_MONOTONIC, as ours; it counts a report's age
+        after ``asked``, so ``asked - age`` is no later than when the report arrived."""
+        asked = time.monotonic()
+        rows = self.query("workers")["workers"]
+        return {r["id"]: r for r in rows if asked - r["last_report_age_s"] >= since}
 
 
 def write_json(path: Path, value: Any) -> None:

@@ -14,7 +14,8 @@ from corral.client import ControlClient, CurveKeys, Router, RouterConfig
 from corral.client.errors import ControlFailed, MapUnavailable, Unreachable
 
 from ..etcd_server import Etcd
-from .procs import BIN, Procs, Supervisor, free_port, wait_until
+from ..support import free_port, wait_until
+from .procs import BIN, Procs, Supervisor
 from .test_curve_e2e import curve_supervisor
 from .test_routing import HANDLER
 

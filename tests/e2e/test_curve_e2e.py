@@ -16,7 +16,8 @@ import zmq.auth
 from corral.common.wire import codec
 from corral.common.wire.protocol import Refusal, Status
 
-from .procs import BIN, Procs, Supervisor, wait_until
+from ..support import wait_until
+from .procs import BIN, Procs, Supervisor
 
 pytestmark = pytest.mark.e2e
 

@@ -5,8 +5,9 @@ draw. It saves the screenshot an operator would see.
 
 The generator follows ``scripts/benchmarks/ingest.py``: a few sender processes, each one
 DEALER for a few thousand worker ids, each worker reporting once a second; unlike the
-benchmark it applies the instruction sets it is sent (reports what it was told to run), so
-the supervisor sees a settled fleet, with zones and mixed capacities. Run it by hand to look
+benchmark it applies the instruction sets it is sent as a worker does (`corral.worker.sets`)
+and reports what it was told to run, so the supervisor sees a settled fleet, with zones and
+mixed capacities. Run it by hand to look
 at the page: ``python -m tests.e2e.test_dashboard_10k`` (prints the URL; Ctrl-C stops).
 """
 
@@ -18,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from .procs import Procs, Supervisor, wait_until
+from ..support import wait_until
+from .procs import Procs, Supervisor
 from .test_dashboard_support import Dashboard, browser, screenshot
 
 pytestmark = pytest.mark.e2e
@@ -37,6 +39,7 @@ def emulate(endpoint: str, first: int, count: int, stop: Any, silent_every: int)
 
     from corral.common.wire import codec
     from corral.common.wire.protocol import Instructions, Status
+    from corral.worker.sets import SetApplier
 
     ctx = zmq.Context()
     # One connection per PER_SOCKET workers: the supervisor's queue to one connection holds
@@ -55,25 +58,14 @@ def emulate(endpoint: str, first: int, count: int, stop: Any, silent_every: int)
         poller.register(s, zmq.POLLIN)
     ids = [f"w{i:05d}" for i in range(first, first + count)]
     inc = [10_000 + i for i in range(first, first + count)]
+    sets = [SetApplier(i) for i in inc]
     running: list[dict[str, int]] = [{} for _ in ids]
-    applied = [(0, 0)] * count
     seq = [0] * count
 
     def apply(msg: Any) -> None:
-        if not isinstance(msg, Instructions):
-            return
-        k = msg.incarnation - 10_000 - first
-        if not 0 <= k < count or (msg.epoch, msg.seq) <= applied[k]:
-            return
-        applied[k] = (msg.epoch, msg.seq)
-        held = running[k]
-        if msg.reset:
-            running[k] = {t: held.get(t) or msg.tokens.get(t, 1) for t in msg.add}
-        else:
-            for t in msg.remove:
-                held.pop(t, None)
-            for t in msg.add:
-                held.setdefault(t, msg.tokens.get(t, 1))
+        k = getattr(msg, "incarnation", 0) - 10_000 - first
+        if isinstance(msg, Instructions) and 0 <= k < count and sets[k].offer(msg).changed:
+            running[k] = sets[k].tokens()
 
     start = time.monotonic()
     sent = 0
@@ -88,8 +80,9 @@ def emulate(endpoint: str, first: int, count: int, stop: Any, silent_every: int)
                 continue
             seq[k] += 1
             socks[k // PER_SOCKET].send(codec.encode(Status(
-                ids[k], inc[k], seq[k], now, CAPACITIES[i % 3], running[k], applied=applied[k],
-                lease_held=applied[k] != (0, 0), zone=f"{ZONES[i % 3]}/rack-{i % 16:02d}")))
+                ids[k], inc[k], seq[k], now, CAPACITIES[i % 3], running[k],
+                applied=sets[k].applied, lease_held=sets[k].applied != (0, 0),
+                zone=f"{ZONES[i % 3]}/rack-{i % 16:02d}")))
         for s, _ in poller.poll(0):
             while s.poll(0):
                 apply(codec.decode(s.recv()))

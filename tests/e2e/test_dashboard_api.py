@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from ..support import wait_until
 from .dealers import FakeWorker, Fleet
-from .procs import BIN, Procs, Supervisor, wait_until
+from .procs import BIN, Procs, Supervisor
 from .test_dashboard_support import Dashboard
 
 pytestmark = pytest.mark.e2e

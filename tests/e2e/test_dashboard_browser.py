@@ -16,8 +16,9 @@ import pytest
 from corral.client import Unreachable
 
 from ..etcd_server import Etcd
+from ..support import wait_until
 from .fleetprocs import start_worker
-from .procs import Procs, Supervisor, wait_until
+from .procs import Procs, Supervisor
 from .test_dashboard_support import (
     TOKEN,
     Dashboard,

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from .procs import BIN, Proc, Procs, free_port, wait_until
+from ..support import Proc, free_port, wait_until
+from .procs import BIN, Procs
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("CORRAL_CHROMIUM", "/usr/bin/chromium"))

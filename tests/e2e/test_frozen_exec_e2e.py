@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from ..support import Proc, wait_until
 from .fleetprocs import intervals, journal, running_now, start_worker
-from .procs import Proc, Procs, Supervisor, wait_until
+from .procs import Procs, Supervisor
 
 pytestmark = pytest.mark.e2e
 

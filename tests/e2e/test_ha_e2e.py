@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from ..etcd_server import Etcd
+from ..support import wait_until
 from .dealers import FakeWorker, Fleet
-from .procs import Procs, Supervisor, wait_until
+from .procs import Procs, Supervisor
 
 pytestmark = pytest.mark.e2e
 
@@ -77,7 +78,11 @@ def test_kill_9_leader_standby_takes_over_without_moving_anything(
                timeout=TTL + 10, what="instructions from the new leader")
     took = first_instruction_after(fleet, killed, standby.endpoint) - killed
     assert took <= TTL + TICK + 1.5, took  # TTL + one tick, plus a report interval of slack
-    time.sleep(1.0)
+    # The new leader has had its say once it answered, on every worker, a report that showed
+    # its reset applied.
+    epoch = standby.ctl("status")["epoch"]
+    wait_until(lambda: fleet.every(lambda w: w.settled(epoch)),
+               what="every worker's report after the new leader's reset answered")
     assert fleet.owners() == before  # nothing moved
     assert all(w.changes == 0 and w.lapses == 0 for w in fleet.workers)
     assert standby.ctl("status")["epoch"] > 0
@@ -100,7 +105,13 @@ def test_frozen_leader_is_fenced_off_after_it_wakes(
     finally:
         leader.proc.signal(signal.SIGCONT)
     resumed = time.monotonic()
-    time.sleep(2.0)  # whatever the old leader still had queued has had time to arrive
+    # Once it has stepped down it sends nothing: whatever it still had queued has arrived when
+    # the workers have received as many frames from it as it counts sent.
+    wait_until(lambda: "no longer the leader" in leader.proc.output(),
+               what="the old leader stepping down")
+    wait_until(lambda: fleet.received_from(leader.endpoint)
+               >= leader.query("counters")["messages_out"],
+               what="everything the old leader sent")
     applied_old = [(t, ep) for w in fleet.workers for t, ep, _ in w.applied_from
                    if ep == leader.endpoint and t > resumed]
     assert applied_old == []

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from ..support import wait_until
 from .fleetprocs import journal, running_now, start_worker
-from .procs import Procs, Supervisor, wait_until, write_json
+from .procs import Procs, Supervisor, write_json
 
 pytestmark = pytest.mark.e2e
 

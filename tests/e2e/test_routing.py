@@ -15,7 +15,8 @@ import pytest
 from corral.client import Router, RouterConfig
 from corral.client.errors import RouteError
 
-from .procs import BIN, Proc, Procs, Supervisor, free_port, wait_until
+from ..support import Proc, free_port, wait_until
+from .procs import BIN, Procs, Supervisor
 
 pytestmark = pytest.mark.e2e
 

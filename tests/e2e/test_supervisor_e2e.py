@@ -17,8 +17,9 @@ import zmq
 from corral.common.wire import codec
 from corral.common.wire.protocol import ControlRequest, WorkerState, token_epoch
 
+from ..support import wait_until
 from .dealers import FakeWorker, Fleet
-from .procs import BIN, Procs, Supervisor, wait_until
+from .procs import BIN, Procs, Supervisor
 
 pytestmark = pytest.mark.e2e
 
@@ -173,7 +174,10 @@ def test_restarted_supervisor_keeps_what_workers_run(procs: Procs, tasks_file: P
         sup.start("supervisor-2")
         wait_until(lambda: sup.ctl("status", check=False).returncode == 0
                    and sup.ctl("status")["phase"] == "running", what="running again")
-        time.sleep(1.0)
+        # Its reconciliation has had its say once it answered, on every worker, a report that
+        # showed its reset applied.
+        wait_until(lambda: fleet.every(lambda w: w.settled(epoch + 1)),
+                   what="every worker's report after the new epoch's reset answered")
         assert fleet.owners() == before  # nothing stopped, nothing moved
         assert sup.ctl("status")["epoch"] == epoch + 1
         # Kept tasks keep the fencing tokens they were started under (the old epoch's).

@@ -14,8 +14,9 @@ from corral.client.errors import ControlFailed, Unreachable
 from corral.common.wire.protocol import token_epoch
 
 from ..etcd_server import Etcd
+from ..support import wait_until
 from .fleetprocs import journal, running_now, start_worker
-from .procs import Procs, Supervisor, wait_until
+from .procs import Procs, Supervisor
 
 pytestmark = pytest.mark.e2e
 

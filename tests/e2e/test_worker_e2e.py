@@ -7,22 +7,22 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from .fleetprocs import intervals, owners_at, running_now, start_worker, uncovered
-from .procs import Procs, Supervisor, wait_until
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from chaostools.proxy import Fault, Proxy
+
+from ..support import wait_until
+from .fleetprocs import intervals, owners_at, running_now, start_worker, uncovered
+from .procs import Procs, Supervisor
 
 pytestmark = pytest.mark.e2e
 
 LEASE, MARGIN, TICK = 3.0, 1.0, 0.25
+REPORT = 0.5  # the workers' report interval (fleetprocs.FAST)
 
 
 def tasks_file(tmp: Path, n: int) -> Path:
@@ -39,6 +39,14 @@ def supervisor(procs: Procs, n: int, **opts: object) -> Supervisor:
 def all_running(procs: Procs, names: list[str], n: int, replicas: int = 1) -> bool:
     now = running_now(procs, names)
     return len(now) == n and all(len(v) == replicas for v in now.values())
+
+
+def seen_running(sup: Supervisor, procs: Procs, names: list[str]) -> bool:
+    """The supervisor's view: every worker reports running what its journal says it runs, and
+    what the placement gave it."""
+    per = Counter(w for ws in running_now(procs, names).values() for w in ws)
+    rows = {r["id"]: r for r in sup.query("workers")["workers"]}
+    return all(n in rows and rows[n]["running"] == per[n] == rows[n]["assigned"] for n in names)
 
 
 @contextlib.contextmanager
@@ -80,7 +88,8 @@ def test_kill_9_worker_tasks_move_within_lease_margin_tick(procs: Procs) -> None
     workers = {name: start_worker(procs, sup, name, 20) for name in ("a", "b", "c")}
     names = list(workers)
     wait_until(lambda: all_running(procs, names, 30), what="30 tasks running")
-    time.sleep(1.0)  # a few reports so the supervisor has seen every worker settled
+    wait_until(lambda: seen_running(sup, procs, names),
+               what="the supervisor seeing every worker run what it was given")
     before = running_now(procs, names)
     lost = {t for t, ws in before.items() if ws == ["a"]}
     killed = time.monotonic()
@@ -131,7 +140,11 @@ def test_supervisor_kill_9_and_restart_changes_nothing(procs: Procs) -> None:
     sup.start("supervisor-2")
     wait_until(lambda: sup.ctl("status", check=False).returncode == 0
                and sup.ctl("status")["phase"] == "running", timeout=20, what="running again")
-    time.sleep(2.0)  # let reconciliation have its say
+    # Reconciliation has had its say once every worker's report after its reset (sent as the
+    # supervisor began running) and the answer to that report are in.
+    began = max(e["t"] for e in sup.query("events")["events"] if e["kind"] == "running")
+    wait_until(lambda: set(names) <= sup.heard_since(began + 2 * REPORT).keys(),
+               what="every worker's report after the reset and its answer")
     spans = intervals(procs, names)
     changed = [s for s in spans if s.start >= killed or (s.stop or 0) >= killed]
     assert changed == [], changed

@@ -14,8 +14,9 @@ import time
 
 import pytest
 
+from ..support import wait_until
 from .fleetprocs import Span, intervals, running_now, start_worker, uncovered
-from .procs import BIN, Procs, Supervisor, wait_until, write_json
+from .procs import BIN, Procs, Supervisor, write_json
 
 pytestmark = pytest.mark.e2e
 

@@ -12,15 +12,9 @@ from corral.common.balancer.backends import BackendEvent, BackendState, HealthCo
 from corral.common.balancer.subsetting import subset
 from corral.common.balancer.weights import LoadReport, WeightConfig
 
+from ..support import FakeClock
+
 BACKENDS = [f"w{i:02d}" for i in range(12)]
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_the_subset_is_the_configured_algorithms() -> None:

@@ -3,11 +3,7 @@ allows and fails what it does not (scripts/chaostools/checker.py)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from chaostools import checker
 from chaostools.checker import Fault, Process

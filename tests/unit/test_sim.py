@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -223,12 +222,3 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_the_installed_command_runs() -> None:
-    exe = Path(sys.executable).parent / "corral-sim"
-    out = subprocess.run(
-        [str(exe), "subsetting", "--backends", "30", "--clients", "30", "--subset-size", "3",
-         "-o", "json"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["min"] == json.loads(out.stdout)["max"] == 3

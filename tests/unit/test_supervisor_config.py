@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from corral.common.errors import ConfigError
 from corral.supervisor import config, epochs
-
-EXE = str(Path(sys.executable).parent / "corral-supervisor")
 
 
 def test_precedence_flag_env_file_default(tmp_path: Path) -> None:
@@ -24,36 +20,6 @@ def test_precedence_flag_env_file_default(tmp_path: Path) -> None:
     assert cfg.query_interval == 9.0  # file
     assert cfg.tick == 0.5  # default
     assert cfg.renew_every == 5.0 / 5
-
-
-@pytest.mark.parametrize(
-    ("args", "says"),
-    [
-        ([], "tasks: a task source is required"),
-        (["--tasks", "file:x", "--lease", "-1"], "lease: expected a finite number of seconds"),
-        (["--tasks", "file:x", "--lease", "abc"], "lease"),
-        (["--tasks", "file:x", "--tick", "0"], "tick: must be > 0"),
-        (["--tasks", "file:x", "--replicas", "0"], "replicas: must be >= 1"),
-        (["--tasks", "file:x", "--replicas", "1.5"], "replicas: expected an integer"),
-        (["--tasks", "file:x", "--bind", "localhost:7760"], "bind: expected a ZeroMQ endpoint"),
-        (["--tasks", "file:x", "--metrics", "9464"], "metrics: expected HOST:PORT"),
-        (["--tasks", "nonsense"], "tasks: expected file:PATH"),
-        (["--tasks", "python:only_module"], "tasks: expected python:module:function"),
-        (["--tasks", "file:x", "--lease", "2", "--renew-interval", "3"], "renew_interval"),
-        (["--tasks", "file:x", "--config", "/does/not/exist.toml"], "config: cannot read"),
-    ],
-)
-def test_bad_flags_exit_2_with_one_line(args: list[str], says: str) -> None:
-    out = subprocess.run([EXE, "run", *args], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2, out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and says in lines[0], out.stderr
-
-
-def test_bad_strategy_is_a_usage_error() -> None:
-    out = subprocess.run([EXE, "run", "--tasks", "file:x", "--strategy", "magic"],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "magic" in out.stderr
 
 
 @pytest.mark.parametrize(

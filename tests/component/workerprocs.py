@@ -1,5 +1,5 @@
 """Helpers for the worker's component tests: a fake supervisor (a real ROUTER on loopback that
-speaks the codec), a bounded `wait_until`, and real `corral-worker` processes that are always
+speaks the codec) and real `corral-worker` processes (`tests.support.Proc`) that are always
 stopped by pid. The tests at the bottom check the helpers themselves.
 
 The fixtures are registered under short names (``supervisor``, ``workers``); a test module
@@ -8,11 +8,7 @@ push them on every other component test too)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -25,19 +21,9 @@ import zmq
 from corral.common.wire.codec import decode, encode
 from corral.common.wire.protocol import Instructions, Refusal, Status
 
+from ..support import WAIT, Proc
+
 WORKER = str(Path(sys.executable).parent / "corral-worker")
-WAIT = 15.0  # generous: the VM is slow and noisy; a passing test never waits this long
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = WAIT, interval: float = 0.02) -> Any:
-    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` passes
-    (returns the last falsy value). Only for waiting on real processes and sockets."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
 
 
 def alive(pid: int) -> bool:
@@ -115,37 +101,27 @@ class FakeSupervisor:
 
 
 class Workers:
-    """Starts real `corral-worker run` processes; leaving the `with` kills each by pid."""
+    """Starts real `corral-worker run` processes; leaving the `with` kills each by pid (as a
+    crash would: what its keeper then does is its own business)."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.tmp = tmp_path
-        self.procs: list[subprocess.Popen[str]] = []
-        self.logs: dict[int, Path] = {}
+        self.procs: list[Proc] = []
 
     def start(self, endpoint: str, *args: str, worker_id: str = "w1",
-              env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+              env: dict[str, str] | None = None) -> Proc:
         cmd = [WORKER, "run", "--supervisor", endpoint, "--id", worker_id,
                "--report-interval", "0.1", *args]
-        path = self.tmp / f"{worker_id}-{len(self.procs)}.log"
-        with path.open("w") as log:
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True,
-                                    env={**os.environ, **(env or {})})
+        proc = Proc(cmd, self.tmp / f"{worker_id}-{len(self.procs)}.log", env)
         self.procs.append(proc)
-        self.logs[proc.pid] = path
         return proc
-
-    def stderr(self, proc: subprocess.Popen[str]) -> str:
-        return self.logs[proc.pid].read_text()
 
     def __enter__(self) -> Workers:
         return self
 
     def __exit__(self, *exc: object) -> None:
         for proc in self.procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=WAIT)
+            proc.kill()
 
 
 @pytest.fixture(name="supervisor")
@@ -165,21 +141,3 @@ def journal(path: Path) -> list[tuple[str, str]]:
     if not path.exists():
         return []
     return [(d["event"], d["task"]) for d in map(json.loads, path.read_text().splitlines())]
-
-
-# -- the helpers' own tests --------------------------------------------------------------------
-
-
-def test_wait_until_returns_the_value_or_gives_up() -> None:
-    assert wait_until(lambda: 42, timeout=0.0) == 42
-    assert wait_until(lambda: None, timeout=0.05) is None
-
-
-def test_alive_sees_a_process_end(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        assert alive(proc.pid)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert not alive(proc.pid)
