@@ -62,6 +62,11 @@ def templates(first: int, count: int,
     return out, offset
 
 
+def sent_at_offset(buf: bytearray) -> int:
+    """Where a template's ``sent_at`` float is (it follows ``seq``, whose size is fixed)."""
+    return bytes(buf).index(b"\xa7sent_at\xcb") + len(b"\xa7sent_at\xcb")
+
+
 def sender(
     endpoint: str,
     index: int,
@@ -85,6 +90,7 @@ def sender(
     from corral.worker.sets import SetApplier
 
     bufs, off = templates(first, count, applied)
+    at = sent_at_offset(bufs[0])
     applied = dict(applied)
     # Each worker follows its sets as a worker does (the task list is empty: renewals only).
     sets = [SetApplier(1000 + i, applied.get(i, (0, 0))) for i in range(first, first + count)]
@@ -107,6 +113,7 @@ def sender(
         for _ in range(max(0, due)):
             buf = bufs[sent % n]
             pack_into(">I", buf, off, seq + sent // n)
+            pack_into(">d", buf, at, now)  # a real send time: the supervisor's waits count on it
             send(buf)
             sent += 1
         try:  # apply what the supervisor sends, like a worker: report it as applied
@@ -261,9 +268,16 @@ class SupervisorUnderTest:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
-        # every worker joins first (a join is an assignment event, not the steady state)
-        run_senders(self.endpoint, workers, procs, "paced", 1.5, SEQ_BASE)
-        self.seq = SEQ_BASE + 1_000_000
+        # Every worker joins first and applies the set its join got (a join is an assignment
+        # event, not the steady state): paced rounds until each one has, bounded.
+        self.seq = SEQ_BASE
+        epoch = ctl(self.control, "status")["epoch"]
+        for _ in range(20):
+            run_senders(self.endpoint, workers, procs, "paced", 1.5, self.seq)
+            self.seq += 1_000_000
+            known = APPLIED.get(self.endpoint, {})
+            if sum(a[0] == epoch for a in known.values()) == workers:
+                break
         self.dashboards: Dashboards | None = None
         joined = ctl(self.control, "status")["workers_total"]
         print(f"  supervisor: {joined} workers joined", file=sys.stderr)

@@ -23,7 +23,8 @@ from corral.common.wire.protocol import (
     Status,
 )
 
-from .procs import BIN, Proc, Procs, Supervisor, wait_until
+from ..support import Proc, wait_until
+from .procs import BIN, Procs, Supervisor
 
 pytestmark = pytest.mark.e2e
 
