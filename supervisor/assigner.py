@@ -23,7 +23,7 @@ from .effects import Effects
 from .feed import Feed
 from .handoffs import Handoffs
 from .records import WorkerRecord
-from .taskbook import TaskBook, shape_of
+from .taskbook import ListChange, TaskBook, shape_of
 
 PLACED = "placed"  # the reason of a first placement (not a move)
 
@@ -210,8 +210,8 @@ class Assigner:
                                             zone=rec.status.zone, labels=rec.status.labels)
         assert not shed, "a worker new to placement had tasks to shed"
 
-    def apply(self, tasks: Mapping[str, TaskEntry]) -> tuple[int, int, int]:
-        """A new task list while running: (added, removed, respecified)."""
+    def apply(self, tasks: Mapping[str, TaskEntry]) -> ListChange:
+        """A new task list while running: what it changed."""
         p, changes = self.placement, self._changes
         change = self.book.compare(tasks)
         if change.removed:
@@ -232,8 +232,7 @@ class Assigner:
             p.add_tasks({t: shape_of(e) for t, e in change.added.items()})
         if change.added or change.reshaped:
             self.place(PLACED)
-        return (len(change.added), len(change.removed),
-                len(change.respecified) + len(change.reshaped))
+        return change
 
     # -- reports -------------------------------------------------------------------------------
 

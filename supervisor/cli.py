@@ -43,6 +43,8 @@ def run(config_path: str | None, **flags: Any) -> None:
         click.echo(f"corral-supervisor: configuration error: {exc}", err=True)
         sys.exit(2)
     logs.configure(cfg.log_level, cfg.log_json)
+    for note in cfg.notes:
+        logs.get("corral.supervisor").warning(note)
     _, files = fdlimit.raise_soft_limit()
     if files < fdlimit.ROOM:
         logs.get("corral.supervisor").warning(

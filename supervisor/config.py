@@ -125,6 +125,7 @@ class SupervisorConfig:
     name: str = ""
     log_level: str = "info"
     log_json: bool | None = None
+    notes: tuple[str, ...] = ()  # what `load` changed and why, for the log at start
 
     @property
     def renew_every(self) -> float:
@@ -157,6 +158,17 @@ def load(
     if bool(values["curve_secret_key"]) != bool(values["authorized_keys"]):
         raise ConfigError("curve_secret_key", "--curve-secret-key and --authorized-keys go "
                                               "together")
+    notes = []
+    # A warm-up must hear the fleet: at least one report interval of the workers (they report
+    # every half lease by default), unless --expect-workers ends it once all have reported.
+    floor = max(values["report_interval"], values["lease"] / 2)
+    if values["warmup"] < floor:
+        notes.append(f"--warmup {values['warmup']:g} raised to {floor:g} s: the workers report "
+                     f"every {floor:g} s (half the lease), and a shorter warm-up ends before "
+                     "it has heard them all (a restart would then move tasks that run); "
+                     "--expect-workers still ends it as soon as that many have reported")
+        values["warmup"] = floor
+    values["notes"] = tuple(notes)
     if values["control_keys"] and not values["curve_secret_key"]:
         raise ConfigError("control_keys", "needs --curve-secret-key (the supervisor's key pair)")
     return SupervisorConfig(**values)

@@ -96,7 +96,8 @@ class SupervisorCore:
         self.rebuilding: Rebuild | None = None  # the warm-up's rebuild, while in slices
         self.rebuild_slice = SLICE
         self.queries = Queries(config, life, counters, feed, self.registry, self.assigner,
-                               self.book, self.rebalancing, self.starts, self.failures)
+                               self.book, self.rebalancing, self.starts, self.failures,
+                               self.dispatch, self.wheel)
         self._read = self.intake.report
         self.wheel.schedule_timeout(WARMUP, now + config.warmup)
 
@@ -253,7 +254,12 @@ class SupervisorCore:
             self.rebuilding = Rebuild(self.assigner, tasks, self.registry, self.effects,
                                       self.rebuild_slice)
         elif life.running:
-            added, removed, respec = self.assigner.apply(tasks)
+            change = self.assigner.apply(tasks)
+            for task in change.removed:  # what is kept per task goes with it
+                self.starts.forget_task(task)
+            self.dispatch.forget_tasks(change.removed)
+            added, removed = len(change.added), len(change.removed)
+            respec = len(change.respecified) + len(change.reshaped)
             if added or removed or respec:
                 self.effects.log("info", "task list changed", {
                     "added": added, "removed": removed, "respecified": respec,

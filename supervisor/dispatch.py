@@ -56,12 +56,26 @@ class Dispatch:
         self._effects = effects
         self._book = book
         self._grants: dict[str, int] = {}  # task -> grants made of it in this epoch
+        # The most grants of a task dropped from `_grants` in this epoch: a task that leaves
+        # the list and comes back counts on from above it, so its tokens still only grow.
+        self._floor = 0
         self.renew_every = config.renew_every
         self._lease = config.lease
 
     def new_epoch(self) -> None:
         """Grant numbers start over under a new (higher) epoch."""
-        self._grants = {}
+        self._grants, self._floor = {}, 0
+
+    def forget_tasks(self, tasks: Iterable[str]) -> None:
+        """These tasks left the list: their counts go, the floor keeps their highest."""
+        grants = self._grants
+        for task in tasks:
+            n = grants.pop(task, 0)
+            if n > self._floor:
+                self._floor = n
+
+    def __len__(self) -> int:
+        return len(self._grants)
 
     def start_over(self, rec: WorkerRecord) -> None:
         """Sets to ``rec`` are numbered afresh: a new incarnation, or a new epoch."""
@@ -138,7 +152,7 @@ class Dispatch:
             if held is not None and not (respec and task in respec):
                 tokens[task] = held
                 continue
-            n = grants.get(task, 0) + 1
+            n = grants.get(task, self._floor) + 1
             grants[task] = n
             tokens[task] = make_token(epoch, n)
         return tokens

@@ -66,6 +66,9 @@ class Failures:
                                "start_timeout_s": self._start_timeout})
             self._assigner.place("not started", source=rec.id)
 
+    def __len__(self) -> int:
+        return len(self._why)
+
     def why(self, task: str) -> dict[str, str]:
         """The workers ``task`` is kept off, and why."""
         return dict(self._why.get(task, {}))

@@ -46,6 +46,11 @@ class Feed:
         self._buf[self.last % self.capacity] = fields
 
     @property
+    def held(self) -> int:
+        """Events held (at most the capacity)."""
+        return min(self.last, self.capacity)
+
+    @property
     def first(self) -> int:
         """The oldest event still held (last + 1 when empty)."""
         return max(1, self.last - self.capacity + 1) if self.last else 1

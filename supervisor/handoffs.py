@@ -53,6 +53,11 @@ class Handoffs:
         self.pinned: Mapping[str, int] = self._pins
         self._stopping: dict[str, dict[str, None]] = {}  # worker -> told to stop, still running
 
+    def sizes(self) -> dict[str, int]:
+        return {"handoffs": len(self._old), "handoffs_by_old_owner": len(self._by_old),
+                "handoffs_awaited": len(self._waiting), "pinned": len(self._pins),
+                "stopping": len(self._stopping)}
+
     def __contains__(self, task: object) -> bool:
         return task in self._old
 

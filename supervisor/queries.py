@@ -14,11 +14,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from corral.common.timers import TimerWheel
 from corral.common.wire.routemap import MapVersions, RouteMap, WorkerEntry
 
 from .assigner import Assigner
 from .config import SupervisorConfig
 from .counters import Counters
+from .dispatch import Dispatch
 from .failures import Failures
 from .feed import Feed
 from .lifecycle import Lifecycle
@@ -89,7 +91,8 @@ class Queries:
 
     def __init__(self, config: SupervisorConfig, life: Lifecycle, counters: Counters,
                  feed: Feed, registry: Registry, assigner: Assigner, book: TaskBook,
-                 rebalancing: Rebalancing, starts: Starts, failures: Failures) -> None:
+                 rebalancing: Rebalancing, starts: Starts, failures: Failures,
+                 dispatch: Dispatch, wheel: TimerWheel[Any]) -> None:
         self.config = config
         self._life = life
         self._counters = counters
@@ -100,6 +103,8 @@ class Queries:
         self._rebalancing = rebalancing
         self._starts = starts
         self._failures = failures
+        self._dispatch = dispatch
+        self._wheel = wheel
         self._live: tuple[tuple[int, int], list[str], list[str]] = ((-1, -1), [], [])
         self._ids: tuple[int, list[str]] = (-1, [])
         self._task_ids: tuple[int, list[str]] = (-1, [])
@@ -187,6 +192,15 @@ class Queries:
             else:
                 out.append(task)
         return out
+
+    def table_sizes(self) -> dict[str, int]:
+        """Entries in each of the core's tables (per task, per worker, per connection): what a
+        supervisor that runs for weeks shows to prove none grows without bound."""
+        a = self._assigner
+        return {**self._registry.sizes(), "tasks_listed": len(self._book.entries),
+                **a.placement.sizes(), **a.handoffs.sizes(), **self._starts.sizes(),
+                "exclusion_reasons": len(self._failures), "grants": len(self._dispatch),
+                "timers": len(self._wheel), "feed": self._feed.held}
 
     def events(self, cursor: int | None, limit: int) -> dict[str, Any]:
         return self._feed.after(cursor, limit)

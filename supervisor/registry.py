@@ -76,6 +76,11 @@ class Registry:
     def get(self, worker: str) -> WorkerRecord | None:
         return self.records.get(worker)
 
+    def sizes(self) -> dict[str, int]:
+        return {"workers": len(self.records), "contended": len(self._contended),
+                "failing_workers": len(self.failing), "fresh_id_buckets": len(self._fresh),
+                "silence_timers": len(self._silence_timers)}
+
     def admits(self, identity: bytes, now: float) -> bool:
         """May connection ``identity`` bring a worker id the registry does not know?"""
         if self._fresh.allow(identity, now):

@@ -32,6 +32,9 @@ class Starts:
     def __len__(self) -> int:
         return len(self._by_task)
 
+    def sizes(self) -> dict[str, int]:
+        return {"starts_workers": len(self._waiting), "starts_tasks": len(self._by_task)}
+
     def sent(self, rec: WorkerRecord, tasks: Iterable[str], now: float) -> None:
         """``rec`` was told to run ``tasks``: those it does not run yet wait from now."""
         st = rec.status

@@ -45,6 +45,7 @@ def status(q: Queries, now: float) -> dict[str, Any]:
         **q.placement_summary(),
         **q.outlook(now),
         "tasks_failing": q.failing_count(),
+        "tables": q.table_sizes(),
         "uptime_s": round(now - started_at, 3),
         **_ha(q),
     }

@@ -28,6 +28,12 @@ T = TypeVar("T")
 K = TypeVar("K")
 
 
+_INTERN_LIMIT = 65_536  # distinct costs, label sets and zone paths kept shared at once
+_TABLES = ("cap", "load", "eligible", "open", "path", "rank", "labels", "paths", "top_of",
+           "tasks_of", "cost", "costs", "want", "need", "owners", "pending", "excluded",
+           "crowded", "levels", "_interned", "_degraded", "_deg_dirty")
+
+
 class Ledger:
     __slots__ = (
         "_deg_dirty", "_deg_seen", "_degraded", "_interned", "bare", "cap", "cost", "costs",
@@ -76,8 +82,18 @@ class Ledger:
 
     def intern(self, value: T) -> T:
         """One shared object per distinct cost, label set or path: a million tasks of cost 1.0
-        that need gpu=true hold two references, not two million objects."""
-        return self._interned.setdefault(value, value)  # type: ignore[return-value]
+        that need gpu=true hold two references, not two million objects. Only a cache: once it
+        holds many more values than a fleet has kinds of (workers with zones of their own come
+        and go), it starts over, and values already shared stay shared."""
+        interned = self._interned
+        if len(interned) >= _INTERN_LIMIT:
+            interned.clear()
+        return interned.setdefault(value, value)  # type: ignore[return-value]
+
+    def sizes(self) -> dict[str, int]:
+        """Entries per table (what a long-lived supervisor reports, to show none grows)."""
+        sizes = {f"placement_{name.lstrip('_')}": len(getattr(self, name)) for name in _TABLES}
+        return sizes | {f"placement_{k}": v for k, v in self.opens.sizes().items()}
 
     # -- derived figures ----------------------------------------------------------------------
 

@@ -48,6 +48,9 @@ class OpenIndex:
             tree = self._trees[need] = LiveTree(book.topo, paths)
         return tree
 
+    def sizes(self) -> dict[str, int]:
+        return {"open_for_need": len(self._for), "zone_trees": len(self._trees)}
+
     def changed(self) -> None:
         """The open set, a label or the topology changed: every answer is stale."""
         self.version += 1

@@ -98,6 +98,12 @@ class Placement:
     def version(self) -> int:
         return self.book.version
 
+    def sizes(self) -> dict[str, int]:
+        """Entries per table of the placement (none may grow without bound)."""
+        plan = self.convergence
+        return self.book.sizes() | {"placement_plan_steps": len(plan.steps),
+                                    "placement_plan_arrived": len(plan.arrived)}
+
     @property
     def topology(self) -> Topology:
         return self.book.topo

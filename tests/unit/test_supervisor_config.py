@@ -62,3 +62,14 @@ def test_docs_list_every_setting_verb_and_counter() -> None:
     missing += [v for v in VERBS if f"`corralctl {v}" not in text]
     missing += [c for c in COUNTERS if f"`corral_{c}_total`" not in text]
     assert missing == [], f"docs/supervisor.md does not mention {missing}"
+
+
+def test_a_warm_up_shorter_than_the_workers_report_interval_is_raised_and_says_why() -> None:
+    """A restart that hears only part of the fleet moves what runs: the warm-up lasts at least
+    one report interval of the workers (half the lease by default)."""
+    cfg = config.load({"tasks": "file:t", "warmup": 1.0, "lease": 3.0}, {}, None)
+    assert cfg.warmup == 1.5 and len(cfg.notes) == 1 and "raised to 1.5" in cfg.notes[0]
+    cfg = config.load({"tasks": "file:t", "warmup": 1.0, "report_interval": 4.0}, {}, None)
+    assert cfg.warmup == 5.0  # half the default 10 s lease is the larger
+    cfg = config.load({"tasks": "file:t", "warmup": 9.0}, {}, None)
+    assert cfg.warmup == 9.0 and cfg.notes == ()
