@@ -88,6 +88,16 @@ def peers() -> Iterator[Peers]:
         p.close()
 
 
+def answers(sup: Supervisor, verb: str, **args: Any) -> Any:
+    """The supervisor's answer, or None while it does not answer (starting, or busy)."""
+    from corral.client.errors import Unreachable
+
+    try:
+        return sup.query(verb, **args)
+    except Unreachable:
+        return None
+
+
 def worker(procs: Procs, sup: Supervisor, name: str, tmp: Path, *extra: str) -> Proc:
     return procs.start(name, [str(BIN / "corral-worker"), "run", "--supervisor", sup.endpoint,
                               "--id", name, "--handler", "log", "--journal",
@@ -110,15 +120,15 @@ def test_a_forged_epoch_claim_poisons_nothing_and_tasks_run_across_a_restart(
         procs: Procs, peers: Peers, tmp_path: Path) -> None:
     sup = Supervisor(procs, tasks_file(tmp_path, 6), warmup=3, lease=10, lease_margin=2,
                      expect_workers=3)
-    wait_until(lambda: sup.query("status"), what="the supervisor answers")
+    wait_until(lambda: answers(sup, "status"), timeout=30, what="the supervisor answers")
     liar = peers.peer(sup.endpoint, b"forger")
     liar.report("never-seen", applied=(MAX_STATE_EPOCH + 1, 1))  # in the wire's range
     liar.report("never-seen-2", applied=(2**41, 1))  # out of it: refused where decoded
-    wait_until(lambda: sup.query("counters")["epoch_claims_refused"] >= 1
-               and sup.query("counters")["decode_errors"] >= 1, what="both refused")
+    wait_until(lambda: (c := answers(sup, "counters")) and c["epoch_claims_refused"] >= 1
+               and c["decode_errors"] >= 1, what="both refused")
     for name in ("w1", "w2"):
         worker(procs, sup, name, tmp_path)
-    wait_until(lambda: sup.query("status")["tasks_running"] == 6, timeout=30,
+    wait_until(lambda: (s := answers(sup, "status")) and s["tasks_running"] == 6, timeout=30,
                what="every task running")
     assert int(sup.state.read_text()) == 1, "the forged epoch was not persisted"
     events = [json.loads(line) for line in sup.proc.output().splitlines()
@@ -129,8 +139,8 @@ def test_a_forged_epoch_claim_poisons_nothing_and_tasks_run_across_a_restart(
     # A restart: the new incarnation takes epoch 2, hears the workers and moves nothing.
     sup.proc.stop()
     sup.start("supervisor-2")
-    wait_until(lambda: sup.query("status")["phase"] == "running"
-               and sup.query("status")["tasks_running"] == 6, timeout=30,
+    wait_until(lambda: (s := answers(sup, "status")) and s["phase"] == "running"
+               and s["tasks_running"] == 6, timeout=30,
                what="running again after the restart")
     assert int(sup.state.read_text()) == 2
     for name in ("w1", "w2"):
@@ -147,7 +157,8 @@ def test_a_peer_that_never_runs_its_tasks_loses_them_within_the_start_timeout(
         liar.report("greedy", max_load=MAX_LOAD)
         liar.drain()
 
-    wait_until(lambda: (lie(), sup.query("status")["phase"] == "running")[1], timeout=20,
+    wait_until(lambda: (lie(), (s := answers(sup, "status")) and s["phase"] == "running")[1],
+               timeout=30,
                what="the supervisor running, the liar known")
     w1 = worker(procs, sup, "w1", tmp_path, "--max-load", "10")
     liar_had: set[str] = set()
@@ -176,7 +187,8 @@ def test_a_flood_of_made_up_ids_leaves_the_supervisor_answering_and_goes_away(
         procs: Procs, peers: Peers, tmp_path: Path) -> None:
     sup = Supervisor(procs, tasks_file(tmp_path, 4), warmup=1, forget_after=3600)
     worker(procs, sup, "w1", tmp_path)
-    wait_until(lambda: sup.query("status")["tasks_running"] == 4, timeout=30, what="running")
+    wait_until(lambda: (s := answers(sup, "status")) and s["tasks_running"] == 4, timeout=30,
+               what="running")
     flood = peers.peer(sup.endpoint, b"flood")
     latencies = []
     for i in range(10_000):
@@ -193,7 +205,7 @@ def test_a_flood_of_made_up_ids_leaves_the_supervisor_answering_and_goes_away(
     assert counters["fresh_ids_refused"] >= 10_000 - 64
     print(f"\nstatus during the flood answered in {max(latencies) * 1000:.0f} ms at most")
     # The ghosts never held a task: gone one lease + margin after they went silent.
-    wait_until(lambda: sup.query("status")["workers_total"] == 1, timeout=30,
+    wait_until(lambda: (s := answers(sup, "status")) and s["workers_total"] == 1, timeout=30,
                what="the ghosts forgotten")
     kinds = [e["kind"] for e in sup.query("events", limit=5000)["events"]]
     assert "timeout" not in kinds
@@ -205,7 +217,7 @@ def test_a_flood_of_made_up_ids_leaves_the_supervisor_answering_and_goes_away(
 def test_control_replies_are_bounded_and_corralctl_never_chokes_on_them(
         procs: Procs, peers: Peers, tmp_path: Path) -> None:
     sup = Supervisor(procs, tasks_file(tmp_path, 2), warmup=1)
-    wait_until(lambda: sup.query("status"), what="the supervisor answers")
+    wait_until(lambda: answers(sup, "status"), timeout=30, what="the supervisor answers")
     sock = peers.dealer(sup.control)
     huge = "x" * (15 * 1024 * 1024)
     for i, req in enumerate([ControlRequest(1, "drain", {"worker": huge}),
