@@ -71,7 +71,22 @@ class Supervisor:
             else:
                 args += [f"--{k.replace('_', '-')}", str(v)]
         self.proc = self.procs.start(name, args, env={"CORRAL_LOG_JSON": "1"})
+        self._answering()
         return self.proc
+
+    def _answering(self, within: float = 30.0) -> None:
+        """Return once the new process answers on its control endpoint (a loaded machine can
+        take seconds to start one), or has exited (a test of a failing start sees that)."""
+        from corral.client.control import request
+        from corral.client.errors import Unreachable
+
+        deadline = time.monotonic() + within
+        while self.proc.alive() and time.monotonic() < deadline:
+            try:
+                request(self.control, "status", {}, timeout=1.0)
+                return
+            except Unreachable:
+                continue
 
     def ctl(self, *args: str, check: bool = True, timeout: float = 3.0) -> Any:
         out = subprocess.run([str(BIN / "corralctl"), "--control", self.control, "--timeout",
