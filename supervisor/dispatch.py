@@ -122,7 +122,7 @@ class Dispatch:
         head: dict[str, Any] = {
             "epoch": life.epoch, "seq": rec.out_seq, "incarnation": rec.incarnation,
             "lease": self._config.lease, "answers_seq": rec.last_seq,
-            "answers_sent_at": rec.seen_sent_at, "reset": reset}
+            "answers_sent_at": rec.seen_sent_at, "reset": reset, "drained": rec.drained}
         if len(adds) + len(removes) <= PART_TASKS and not _big(specs):
             self._effects.send(rec.identity, Instructions(
                 **head, add=adds, remove=removes, tokens=tokens, specs=specs))
@@ -140,7 +140,7 @@ class Dispatch:
         rec.last_sent_at = now
         self._effects.send(rec.identity, Renewal(
             life.epoch, rec.out_seq, rec.incarnation, self._lease, rec.last_seq,
-            rec.seen_sent_at))
+            rec.seen_sent_at, rec.drained))
 
     def _tokens(self, rec: WorkerRecord, adds: tuple[str, ...],
                 respec: Mapping[str, None] | None) -> dict[str, int]:

@@ -141,7 +141,7 @@ class Intake:
         if rec is not None:
             # A hash kept on the record, not the fields: fewer objects touched per report.
             digest = hash((ev.identity, st.incarnation, st.state, st.max_load, st.serve,
-                           st.lease_held, running_b, failures_b, starting_b))
+                           st.lease_held, st.drained, running_b, failures_b, starting_b))
             if digest == rec.digest:
                 if st.seq <= rec.last_seq:
                     self._counters.stale_reports += 1
@@ -204,6 +204,12 @@ class Intake:
                     "worker": rec.id, "refused": f"{inc:x}", "kept": f"{rec.incarnation:x}"})
                 self._feed.add("refused", worker=rec.id, reason=why)
                 self._refuse(identity, inc, REFUSE_DUPLICATE_ID, why)
+        if st.drained is not rec.drained and (outcome is Outcome.JOINED or not self._life.leader):
+            # An operator's drain, as the worker heard it from the leader: a restarted
+            # supervisor, or a standby that may lead, keeps it (the leader's own word rules).
+            self._registry.set_drained(rec, st.drained)
+            self._effects.log("info", "drain kept from the worker's report" if st.drained
+                              else "undrain kept from the worker's report", {"worker": rec.id})
         if outcome is Outcome.JOINED:
             self._joined(rec, now)
         elif outcome is Outcome.RESTARTED:

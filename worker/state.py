@@ -86,6 +86,7 @@ class WorkerMachine:
         self._assembler = Assembler()
         self._labels = dict(cfg.labels)
         self._applied: tuple[int, int] = (0, 0)
+        self._drained = False  # the supervisor says an operator drained this worker
         self._lease_expires = 0.0
         self._lease_held = False
         self._seq = 0
@@ -234,6 +235,8 @@ class WorkerMachine:
     def _apply(self, msg: Instructions, now: float, out: list[ev.Action]) -> None:
         self._counters["sets_applied"] += 1
         self._applied = (msg.epoch, msg.seq)
+        if msg.drained is not self._drained:  # an operator's drain, kept for the next supervisor
+            self._drained, self._dirty = msg.drained, True
         pending = self._assembler.pending
         if pending is not None and pending <= self._applied:
             self._assembler.forget()  # superseded by what was just applied
@@ -357,6 +360,7 @@ class WorkerMachine:
             max_load=self._cfg.max_load,
             running=self._tasks.tokens(),
             starting=self._tasks.not_running(),
+            drained=self._drained,
             state=_REPORTED[self._phase],
             applied=self._applied,
             failures=self._tasks.failures(),

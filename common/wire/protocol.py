@@ -115,7 +115,8 @@ class Status(_Message, frozen=True):
     ``qps`` and ``errors`` are a serving worker's load (0 otherwise). ``zone`` (a failure
     domain, hierarchical with "/") and ``labels`` are fixed for the incarnation. ``starting``
     lists the held tasks that are not running now — waiting to start (no lease yet) or in
-    restart backoff: a task covers its assignment only once it runs.
+    restart backoff: a task covers its assignment only once it runs. ``drained`` repeats what
+    the supervisor's sets say (an operator drained this worker), for the next supervisor.
     """
 
     worker: Id
@@ -135,6 +136,7 @@ class Status(_Message, frozen=True):
     zone: Zone = ""
     labels: Labels = msgspec.field(default_factory=dict)
     starting: TaskList = ()
+    drained: bool = False
 
 
 class StatusGlance(_Message, frozen=True):
@@ -161,6 +163,7 @@ class StatusGlance(_Message, frozen=True):
     zone: Zone = ""
     labels: msgspec.Raw = msgspec.Raw(b"\x80")
     starting: msgspec.Raw = msgspec.Raw(b"\x90")  # an empty array
+    drained: bool = False
 
 
 class Instructions(_Message, frozen=True):
@@ -172,7 +175,9 @@ class Instructions(_Message, frozen=True):
     The lease is counted by the worker from ``answers_sent_at``, the send time of the report
     this set answers (its own clock), so it always ends before the supervisor's count does.
 
-    ``tokens`` gives the fencing token of every task in ``add``; ``specs`` the spec (a JSON
+    ``drained`` tells the worker that an operator drained it: it reports that back, so a
+    restarted supervisor (or a new HA leader) keeps the drain. ``tokens`` gives the fencing
+    token of every task in ``add``; ``specs`` the spec (a JSON
     object, as text) of those that have one. A task already held that comes with another
     spec is restarted with the new one. A big set travels in ``parts`` frames with the same
     ``(epoch, seq)``, numbered by ``part`` from 0; the worker applies it when it has them all.
@@ -191,6 +196,7 @@ class Instructions(_Message, frozen=True):
     specs: Specs = msgspec.field(default_factory=dict)
     part: UInt = 0
     parts: Annotated[int, msgspec.Meta(ge=1, le=MAX_PARTS)] = 1
+    drained: bool = False
 
 
 class Renewal(_Message, frozen=True):
@@ -198,8 +204,8 @@ class Renewal(_Message, frozen=True):
     it (most of what it sends: one per report). On the wire it is an `Instructions` with its
     defaults left off (the same kind, the same bytes), and a worker decodes it as one. Built
     this way it makes no empty containers (less than half the cost of an `Instructions`).
-    (The fields repeat `Instructions`' first six on purpose: the two must encode alike, which
-    tests/unit/test_protocol.py checks.)"""
+    (The fields repeat `Instructions`' first six and its last on purpose: the two must encode
+    alike, which tests/unit/test_protocol.py checks.)"""
 
     epoch: Epoch
     seq: UInt
@@ -207,6 +213,7 @@ class Renewal(_Message, frozen=True):
     lease: Num
     answers_seq: UInt
     answers_sent_at: Num
+    drained: bool = False
 
 
 class Refusal(_Message, frozen=True):

@@ -174,8 +174,8 @@ def entries(tasks: dict[str, float] | Iterable[str]) -> dict[str, TaskEntry]:
 
 class Harness:
     def __init__(self, cfg: SupervisorConfig, tasks: dict[str, Any] | None = None,
-                 epoch: int = 1) -> None:
-        self.now = 0.0
+                 epoch: int = 1, now: float = 0.0) -> None:
+        self.now = now  # a supervisor started later (a restart) starts its warm-up then
         self.core = SupervisorCore(cfg, epoch, self.now)
         self.source: dict[str, Any] | None = tasks
         self.workers: dict[bytes, ModelWorker] = {}
