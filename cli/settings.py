@@ -30,19 +30,31 @@ _ENDPOINT = re.compile(r"^(tcp://[^:\s]+:\d{1,5}|ipc://\S+|inproc://\S+)$")
 _HOSTPORT = re.compile(r"^[^:\s]+:\d{1,5}$")
 
 
-def _seconds(v: Any) -> float:
+# The longest time any setting may name (about 31 years): beyond it a deadline or a lease on
+# the wire (bounded at 1e15) could overflow, and no real setting is that long.
+MAX_SECONDS = 1e9
+
+
+def _float(v: Any, what: str) -> float:
+    """``v`` as a float, or ValueError saying what was expected (once: the caller adds what
+    it got)."""
     if isinstance(v, bool) or not isinstance(v, int | float | str):
-        raise ValueError("expected a number of seconds")
-    x = float(v)
-    if not math.isfinite(x) or x < 0:
-        raise ValueError("expected a finite number of seconds >= 0")
+        raise ValueError(f"expected {what}")
+    try:
+        return float(v)
+    except ValueError:
+        raise ValueError(f"expected {what}") from None
+
+
+def _seconds(v: Any) -> float:
+    x = _float(v, "a number of seconds")
+    if not math.isfinite(x) or not 0 <= x <= MAX_SECONDS:
+        raise ValueError(f"expected a number of seconds from 0 to {MAX_SECONDS:g}")
     return x
 
 
 def _number(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float | str):
-        raise ValueError("expected a number")
-    x = float(v)
+    x = _float(v, "a number")
     if not math.isfinite(x):
         raise ValueError("expected a finite number")
     return x
@@ -156,6 +168,14 @@ def positive(v: Any) -> str | None:
 def at_least(n: float) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
         return None if v >= n else f"must be >= {n:g}"
+
+    return check
+
+
+def between(lo: float, hi: float) -> Callable[[Any], str | None]:
+    """A check that a value lies in ``lo``..``hi`` (both included)."""
+    def check(v: Any) -> str | None:
+        return None if lo <= v <= hi else f"must be from {lo:g} to {hi:g}"
 
     return check
 

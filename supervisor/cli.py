@@ -77,4 +77,8 @@ def keygen(directory: str, name: str | None) -> None:
     except ConfigError as exc:
         click.echo(f"corral-supervisor keygen: {exc}", err=True)
         sys.exit(2)
-    click.echo(f"wrote {public} and {secret}")
+    click.echo(f"wrote {public} and {secret} (mode 0600)")
+    if curve.open_to_others(directory):
+        click.echo(f"corral-supervisor keygen: note: {directory} is open to other users; "
+                   f"keep secret keys in a directory of mode 0700 (chmod 700 {directory})",
+                   err=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from corral.cli.files import read_file
 from corral.cli.logs import LEVELS
-from corral.cli.settings import Setting, at_least, positive, resolve
+from corral.cli.settings import Setting, at_least, between, positive, resolve
 from corral.common.errors import ConfigError
 from corral.common.placement import LEAST_UTILIZED, STRATEGIES
 
@@ -27,11 +27,11 @@ SETTINGS: tuple[Setting, ...] = (
         "http(s)://URL, etcd://HOST:PORT[,HOST:PORT…]/PREFIX (one key per task, watched), "
         "python:module:function", metavar="SOURCE",
     ),
-    Setting("replicas", "int", 1, "how many workers run each task", at_least(1)),
+    Setting("replicas", "int", 1, "how many workers run each task", between(1, 1000)),
     Setting("strategy", "str", LEAST_UTILIZED, "placement strategy", choices=STRATEGIES),
     Setting("warmup", "seconds", 30.0, "listen and rebuild from worker reports before assigning"),
     Setting("expect_workers", "int", 0, "end warm-up early once this many workers reported "
-            "(0: wait the whole warm-up)", at_least(0)),
+            "(0: wait the whole warm-up)", between(0, 10_000_000)),
     Setting("query_interval", "seconds", 1800.0, "how often to re-read the task source",
             positive),
     Setting("query_retry", "seconds", 10.0, "retry delay after the first query failed", positive),
@@ -47,10 +47,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("report_interval", "seconds", 1.0,
             "the workers' report interval (reconciliation waits this long)", positive),
     Setting("rebalance_tolerance", "number", 0.05,
-            "rebalance when utilizations differ by more than this", at_least(0)),
-    Setting("move_budget", "int", 20, "most tasks one rebalance event moves", at_least(0)),
+            "rebalance when utilizations differ by more than this", between(0, 1)),
+    Setting("move_budget", "int", 20, "most tasks one rebalance event moves",
+            between(0, 10_000_000)),
     Setting("max_failures", "int", 3,
-            "consecutive failures of a task on a worker before it moves elsewhere", at_least(1)),
+            "consecutive failures of a task on a worker before it moves elsewhere",
+            between(1, 1_000_000)),
     Setting("failure_cooldown", "seconds", 300.0,
             "how long a task stays off a worker it kept failing on (or did not start)",
             positive),
@@ -70,12 +72,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("forget_after", "seconds", 3600.0, "drop an inactive worker from the registry after",
             positive),
     Setting("curve_secret_key", "str", "", "CurveZMQ: this supervisor's NAME.key_secret file "
-            "(with --authorized-keys: only workers with an authorised key get in)",
+            "(with --authorized-keys and/or --control-keys)",
             metavar="FILE"),
     Setting("authorized_keys", "str", "", "CurveZMQ: directory of the workers' NAME.key files; "
             "a worker may report only as NAME", metavar="DIR"),
     Setting("control_keys", "str", "", "CurveZMQ on the control endpoint too: directory of the "
-            "NAME.key files of those who may use corralctl (needs --curve-secret-key)",
+            "NAME.key files of those who may use corralctl (needs --curve-secret-key; "
+            "with or without --authorized-keys)",
             metavar="DIR"),
     Setting("ha", "str", "", "high availability: etcd://HOST:PORT[,HOST:PORT…]; the elected "
             "leader acts, standbys keep their view warm", metavar="ETCD"),
@@ -155,9 +158,15 @@ def load(
         if values["lease"] <= values["ha_ttl"] + values["tick"]:
             raise ConfigError("lease", "with --ha it must be longer than --ha-ttl + --tick, so "
                                        "a failover ends before any worker's lease does")
-    if bool(values["curve_secret_key"]) != bool(values["authorized_keys"]):
-        raise ConfigError("curve_secret_key", "--curve-secret-key and --authorized-keys go "
-                                              "together")
+    # Curve protects either endpoint or both; each needs the supervisor's own key pair.
+    for key in ("authorized_keys", "control_keys"):
+        if values[key] and not values["curve_secret_key"]:
+            raise ConfigError(key, f"--{key.replace('_', '-')} needs --curve-secret-key (the "
+                                   "supervisor's key pair)")
+    if values["curve_secret_key"] and not (values["authorized_keys"] or values["control_keys"]):
+        raise ConfigError("curve_secret_key", "--curve-secret-key protects nothing alone: give "
+                          "--authorized-keys (the worker endpoint), --control-keys (the control "
+                          "endpoint) or both")
     notes = []
     # A warm-up must hear the fleet: at least one report interval of the workers (they report
     # every half lease by default), unless --expect-workers ends it once all have reported.
@@ -169,6 +178,4 @@ def load(
                      "--expect-workers still ends it as soon as that many have reported")
         values["warmup"] = floor
     values["notes"] = tuple(notes)
-    if values["control_keys"] and not values["curve_secret_key"]:
-        raise ConfigError("control_keys", "needs --curve-secret-key (the supervisor's key pair)")
     return SupervisorConfig(**values)

@@ -11,6 +11,7 @@ message's ``User-Id`` (the sender's public key) and refuses a report under anoth
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -23,15 +24,29 @@ from corral.common.errors import ConfigError
 
 
 def keygen(directory: str, name: str | None = None) -> tuple[Path, Path]:
-    """Write NAME.key and NAME.key_secret in ``directory``; NAME defaults to the host name."""
+    """Write NAME.key (mode 0644) and NAME.key_secret (0600) in ``directory``, made 0700 when
+    it is new; NAME defaults to the host name. The secret is never readable by others, not even
+    for an instant: the files are created under a umask of 077."""
     name = name or socket.gethostname()
     path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
     for suffix in (".key", ".key_secret"):
         if (path / f"{name}{suffix}").exists():
             raise ConfigError("name", f"{path / (name + suffix)} exists; not overwriting a key")
-    public, secret = zmq.auth.create_certificates(str(path), name)
+    old = os.umask(0o077)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        public, secret = zmq.auth.create_certificates(str(path), name)
+    except OSError as exc:
+        raise ConfigError("directory", f"cannot write keys in {path}: {exc.strerror}") from None
+    finally:
+        os.umask(old)
+    os.chmod(public, 0o644)  # the public half is meant to be copied around
     return Path(public), Path(secret)
+
+
+def open_to_others(directory: str | Path) -> bool:
+    """Whether others than its owner may list or enter ``directory``."""
+    return bool(os.stat(directory).st_mode & 0o077)
 
 
 def load_secret(file: str, key: str) -> tuple[bytes, bytes]:

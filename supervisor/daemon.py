@@ -90,8 +90,12 @@ class Daemon:
         self.log = log if log is not None else logs.get("supervisor")
         self.source = TaskSource.parse(config.tasks)
         self.epoch_path = config.epoch_path()
-        # With HA the epoch is the election's fencing token; the state file is for one.
-        epoch = 0 if config.ha else epochs.next_epoch(self.epoch_path)
+        # With HA the epoch is the election's fencing token; the state file is for one. It is
+        # stored only once the endpoints are bound: a start that fails consumes no epoch.
+        epoch = 0 if config.ha else epochs.load(self.epoch_path) + 1
+        if not config.ha:
+            epochs.check_writable(self.epoch_path)
+        self.source.check_at_start(config.allow_empty)
         self.core = SupervisorCore(config, epoch, clock())
         self.io = IoCounters()
         self.gc = CycleCollector(self.io)  # when Python's cycle collector runs (cyclegc.py)
@@ -103,6 +107,12 @@ class Daemon:
         self.exit_code = 0
         self.election: Election | None = None
         self.endpoints = Endpoints(config)  # bound, or BindError / ConfigError
+        if not config.ha:
+            try:
+                epochs.save(self.epoch_path, epoch)
+            except BaseException:
+                self.endpoints.close()
+                raise
         self.router, self.control = self.endpoints.router, self.endpoints.control
         self.outbox = Outbox(self.router, self.io)
         self.controls = ControlServer(self.control, self.io)

@@ -49,6 +49,7 @@ class Endpoints:
             self.router = self._socket(zmq.ROUTER)
             if config.curve_secret_key:
                 self.guard = curve.Guard(self.ctx, config.curve_secret_key)
+            if self.guard is not None and config.authorized_keys:
                 self.key_names = self.guard.protect(self.router, "workers",
                                                     config.authorized_keys, "authorized_keys")
             for option, value in ((zmq.TCP_KEEPALIVE, 1), (zmq.TCP_KEEPALIVE_IDLE,

@@ -1,6 +1,7 @@
 """The supervisor's epoch (its fencing token) survives restarts in a small state file.
 
-Each start takes the stored epoch + 1 and stores it before saying anything to a worker; the
+Each start takes the stored epoch + 1 and stores it once its endpoints are bound (a start that
+fails consumes no epoch), before saying anything to a worker; the
 write goes to a temporary file that is fsynced and renamed over the old one, so a crash leaves
 either the old epoch or the new one, never a torn file. (Should the file be lost, the core
 still raises its epoch above any a worker reports having applied, during warm-up.)
@@ -41,6 +42,16 @@ def save(path: Path, epoch: int) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         raise ConfigError("state_file", f"cannot write {path}: {exc.strerror}") from None
+
+
+def check_writable(path: Path) -> None:
+    """Fail before binding anything if the epoch could not be stored (`ConfigError`)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError("state_file", f"cannot create {path.parent}: {exc.strerror}") from None
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise ConfigError("state_file", f"cannot write in {path.parent}")
 
 
 def next_epoch(path: Path) -> int:

@@ -68,6 +68,14 @@ class TaskSource:
     def __str__(self) -> str:
         return self.target if self.kind in ("http", "etcd") else f"{self.kind}:{self.target}"
 
+    def check_at_start(self, allow_empty: bool) -> None:
+        """A task file that does not exist is a mistake at start (a typo would otherwise give
+        a supervisor with no tasks, silently); `ConfigError` unless ``allow_empty``. Other
+        failures of a file, and every other source, are judged at each query."""
+        if self.kind == "file" and not allow_empty and not Path(self.target).exists():
+            raise ConfigError("tasks", f"{self.target}: no such file (create it, or give "
+                                       "--allow-empty to start with no tasks)")
+
     def fetch(self, timeout: float) -> Tasks:
         """Read the list once (no watching, no conditional request)."""
         try:

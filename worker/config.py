@@ -9,7 +9,6 @@ the one frozen `WorkerConfig` built from them, which every other worker module r
 from __future__ import annotations
 
 import re
-import shlex
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +23,8 @@ from corral.common.errors import ConfigError
 from corral.common.wire.codec import MAX_ID_CHARS
 from corral.common.wire.ids import bad_char, check_id
 from corral.common.wire.protocol import MAX_LABELS, MAX_LOAD
+
+from . import template
 
 DEFAULT_MAX_LOAD = 10.0
 # Reports between changes only keep the lease: one every half of it, each answered by a renewal
@@ -228,10 +229,10 @@ def _pair(text: str, source: str) -> tuple[str, str]:
 
 def _exec_template(v: Any) -> str | None:
     try:
-        argv = shlex.split(v)
+        template.check(v)
     except ValueError as exc:
-        return f"not a valid command line ({exc})"
-    return None if argv else "must name a command"
+        return str(exc)
+    return None
 
 
 SETTINGS: tuple[Setting, ...] = (

@@ -80,6 +80,11 @@ class SpecError(ValueError):
     task (reported and retried), never of the agent."""
 
 
+class StartError(RuntimeError):
+    """A start that failed for a reason its message says in full (``cannot run 'rec': No such
+    file or directory``): reported as it is, not as an exception's repr."""
+
+
 def parse_spec(text: str | None) -> dict[str, Any]:
     """The spec as a dict (``{}`` for none), or `SpecError`."""
     if text is None:

@@ -42,14 +42,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .events import TaskFailed, TaskStopped
-from .handlers import SpecError, TaskContext
+from .handlers import SpecError, StartError, TaskContext
 from .keeper import KeeperLink
+from .template import PLACEHOLDER
 
 # While a stopped leader is gone but members of its group linger, look again this often: their
 # exits send no SIGCHLD to the agent (they are not its children).
 LINGER_CHECK = 0.05
 _PR_SET_PDEATHSIG = 1
-_PLACEHOLDER = re.compile(r"\{task\}|\{spec\.([^{}\s]+)\}")
 
 
 @dataclass
@@ -70,7 +70,7 @@ class ExecRunner:
 
     def __init__(self, template: str, stop_grace: float, worker_id: str,
                  keeper: KeeperLink | None = None) -> None:
-        self._argv = shlex.split(template)
+        self._argv = shlex.split(template)  # the worker's config checked it (template.check)
         self._grace = stop_grace
         self._env = {**os.environ, "CORRAL_WORKER": worker_id}
         self._groups: dict[str, _Group] = {}
@@ -86,7 +86,7 @@ class ExecRunner:
                 return ctx.task
             return _spec_value(ctx.spec, m.group(1))
 
-        return [_PLACEHOLDER.sub(value, arg) for arg in self._argv]
+        return [PLACEHOLDER.sub(value, arg) for arg in self._argv]
 
     def tasks(self) -> list[str]:
         return [t for t, g in self._groups.items() if g.kill_at is None]
@@ -102,15 +102,17 @@ class ExecRunner:
         env = {**self._env, "CORRAL_TASK": task, "CORRAL_FENCING_TOKEN": str(ctx.token),
                "CORRAL_TASK_SPEC": ctx.spec_text if ctx.spec_text is not None else "{}",
                "CORRAL_SPEC_VERSION": ctx.spec_version}
-        self._groups[task] = _Group(
-            subprocess.Popen(
+        try:
+            popen = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,  # its own process group: stop and kill reach them all
                 preexec_fn=self._child_hook(task),  # prctl, and a write to the keeper
             )
-        )
+        except OSError as exc:  # gone since the start's check, or named per task
+            raise StartError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
+        self._groups[task] = _Group(popen)
 
     def _child_hook(self, task: str) -> Callable[[], None] | None:
         hooks = [h for h in (self._die_with_parent,

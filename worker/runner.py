@@ -22,6 +22,7 @@ from .handlers import (
     Handler,
     LogHandler,
     SpecError,
+    StartError,
     TaskContext,
     caller,
     load_python_handler,
@@ -139,6 +140,9 @@ class TaskExecutor:
             self._runner.start(ctx)
         except SpecError as exc:  # the task's spec does not suit it: that task fails
             self.spec_errors += 1
+            return TaskFailed(task, str(exc))
+        except StartError as exc:
+            self.handler_errors += 1
             return TaskFailed(task, str(exc))
         except Exception as exc:  # a handler must never crash the agent
             self.handler_errors += 1

@@ -17,10 +17,14 @@ EXE = str(Path(sys.executable).parent / "corral-supervisor")
     ("args", "says"),
     [
         ([], "tasks: a task source is required"),
-        (["--tasks", "file:x", "--lease", "-1"], "lease: expected a finite number of seconds"),
+        (["--tasks", "file:x", "--lease", "-1"], "lease: expected a number of seconds from 0"),
+        (["--tasks", "file:x", "--lease", "1e12"], "lease: expected a number of seconds from 0"),
         (["--tasks", "file:x", "--lease", "abc"], "lease"),
         (["--tasks", "file:x", "--tick", "0"], "tick: must be > 0"),
-        (["--tasks", "file:x", "--replicas", "0"], "replicas: must be >= 1"),
+        (["--tasks", "file:x", "--replicas", "0"], "replicas: must be from 1 to 1000"),
+        (["--tasks", "file:x", "--replicas", "5000"], "replicas: must be from 1 to 1000"),
+        (["--tasks", "file:x", "--rebalance-tolerance", "2"], "rebalance_tolerance: must be"),
+        (["--tasks", "file:x", "--max-failures", "-3"], "max_failures: must be from 1"),
         (["--tasks", "file:x", "--replicas", "1.5"], "replicas: expected an integer"),
         (["--tasks", "file:x", "--bind", "localhost:7760"], "bind: expected a ZeroMQ endpoint"),
         (["--tasks", "file:x", "--metrics", "9464"], "metrics: expected HOST:PORT"),
@@ -35,6 +39,16 @@ def test_bad_flags_exit_2_with_one_line(args: list[str], says: str) -> None:
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], out.stderr
+
+
+def test_a_value_that_is_not_a_number_is_said_once() -> None:
+    """Not "could not convert string to float: 'soon', got 'soon'": what was expected, then
+    what came, once."""
+    out = subprocess.run([EXE, "run", "--tasks", "file:x", "--warmup", "soon"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("corral-supervisor: configuration error: warmup: expected a "
+                                  "number of seconds, got 'soon' (from --warmup)")
 
 
 def test_bad_strategy_is_a_usage_error() -> None:

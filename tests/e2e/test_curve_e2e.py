@@ -4,6 +4,8 @@ report only under the id its key file names."""
 from __future__ import annotations
 
 import contextlib
+import json
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -43,9 +45,10 @@ def curve_supervisor(procs: Procs, tasks: str, workers: tuple[str, ...],
             (folder / f"{name}.key").write_bytes((keys / f"{name}.key").read_bytes())
     (procs.tmp / "tasks.txt").write_text(tasks)
     extra = {"control_keys": str(control)} if admins else {}
+    if workers:  # none: the worker endpoint stays plain, only the control endpoint is Curve
+        extra["authorized_keys"] = str(authorized)
     sup = Supervisor(procs, f"file:{procs.tmp / 'tasks.txt'}", warmup=0.5,
-                     curve_secret_key=str(keys / "supervisor.key_secret"),
-                     authorized_keys=str(authorized), **extra)
+                     curve_secret_key=str(keys / "supervisor.key_secret"), **extra)
     return sup, keys
 
 
@@ -105,7 +108,21 @@ def test_keygen_refuses_to_overwrite_and_config_needs_both_halves(tmp_path: Path
     out = subprocess.run([str(BIN / "corral-supervisor"), "run", "--tasks", "file:x",
                           "--curve-secret-key", str(tmp_path / "x.key_secret")],
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "go together" in out.stderr
+    assert out.returncode == 2 and "protects nothing alone" in out.stderr
+
+
+def test_keygen_writes_the_secret_key_0600_in_a_0700_directory(tmp_path: Path) -> None:
+    """A secret key readable by every user of the host is no secret (issue 28)."""
+    keys = tmp_path / "new" / "keys"
+    keygen(keys, "w1")
+    assert stat.S_IMODE(keys.stat().st_mode) == 0o700
+    assert stat.S_IMODE((keys / "w1.key_secret").stat().st_mode) == 0o600
+    assert stat.S_IMODE((keys / "w1.key").stat().st_mode) == 0o644
+    tmp_path.chmod(0o755)  # an existing folder open to others: kept, and the user is told
+    out = subprocess.run([str(BIN / "corral-supervisor"), "keygen", str(tmp_path), "--name",
+                          "w2"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "chmod 700" in out.stderr
+    assert stat.S_IMODE((tmp_path / "w2.key_secret").stat().st_mode) == 0o600
 
 
 def test_real_workers_with_keys(procs: Procs) -> None:
@@ -138,3 +155,19 @@ def test_control_endpoint_with_curve(procs: Procs) -> None:
     assert '"phase"' in ok.stdout
     for denied in (ctl(), ctl("alice")):  # no key; a worker's key is not a control key
         assert denied.returncode == 1 and "no answer from the supervisor" in denied.stderr
+
+
+def test_control_endpoint_alone_with_curve(procs: Procs) -> None:
+    """--control-keys without --authorized-keys: the control endpoint is protected, the
+    worker endpoint stays plain (issue 32: it used to need --authorized-keys too)."""
+    sup, keys = curve_supervisor(procs, "t1\n", (), admins=("ops",))
+    procs.start("w", [str(BIN / "corral-worker"), "run", "--supervisor", sup.endpoint,
+                      "--handler", "log", "--id", "w", "--report-interval", "0.3"])
+    args = [str(BIN / "corralctl"), "--control", sup.control, "--timeout", "1", "-o", "json",
+            "--curve-server-key", str(keys / "supervisor.key"),
+            "--curve-secret-key", str(keys / "ops.key_secret"), "status"]
+    wait_until(lambda: json.loads(subprocess.run(args, capture_output=True, text=True,
+                                                 timeout=60).stdout or "{}"
+                                  ).get("tasks_assigned") == 1, what="w runs t1, ops sees it")
+    plain = subprocess.run([*args[:7], "status"], capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 1 and "no answer from the supervisor" in plain.stderr
