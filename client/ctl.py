@@ -4,6 +4,7 @@ table (corral.common.wire.verbs); tables for people, ``-o json`` for scripts."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -15,15 +16,19 @@ from corral.cli.usage import CONTEXT, OneLineErrors
 from corral.client.control import DEFAULT_CONTROL, ControlClient, CurveKeys
 from corral.client.errors import ControlFailed, Unreachable
 from corral.common.errors import ConfigError, ProtocolError
+from corral.common.wire.protocol import MAX_UINT
 from corral.common.wire.verbs import VERBS, Verb
+
+from .tables import cell, pairs, printable, table
 
 
 @click.group(cls=OneLineErrors, context_settings=CONTEXT)
 @click.option("--control", envvar="CORRAL_CONTROL", default=DEFAULT_CONTROL, show_default=True,
               help="the supervisor's control endpoint; with HA, several separated by commas: "
               "the leader answers (env CORRAL_CONTROL)")
-@click.option("--timeout", type=float, default=3.0, show_default=True,
-              help="seconds to wait for an answer (per endpoint)")
+@click.option("--timeout", type=click.FloatRange(0, 3600, min_open=True), default=3.0,
+              show_default=True, help="seconds to wait for an answer (per endpoint), above 0 "
+              "and at most 3600")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True, help="tables for people, JSON for scripts")
 @click.option("--curve-server-key", envvar="CORRAL_CURVE_SERVER_KEY", metavar="FILE",
@@ -61,7 +66,7 @@ def _call(ctx: click.Context, verb: str, args: dict[str, Any]) -> Any:
     try:
         return ctx.obj["client"].call(verb, args)
     except (Unreachable, ControlFailed) as exc:
-        click.echo(f"corralctl: {exc}", err=True)
+        click.echo(f"corralctl: {printable(str(exc))}", err=True)
         sys.exit(1)
 
 
@@ -81,44 +86,63 @@ def _call_all(ctx: click.Context, verb: str, args: dict[str, Any], key: str) -> 
     return result
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-             for r in [header, *rows]]
-    return "\n".join(lines)
-
-
 def _fmt_status(r: dict[str, Any]) -> str:
-    return "\n".join(f"{k:<16}{v}" for k, v in r.items())
+    return pairs(r)
 
 
 def _fmt_workers(r: dict[str, Any]) -> str:
     rows = [[w["id"], w["state"], w.get("zone") or "-", f"{w['running']:g}/{w['max_load']:g}",
-             f"{w['utilization']:.0%}", f"{w['last_report_age_s']:.1f}s", w["address"],
+             percent(w["utilization"]), f"{w['last_report_age_s']:.1f}s", w["address"],
              w.get("conflict") or ""] for w in r["workers"]]
-    out = _table(rows, ["WORKER", "STATE", "ZONE", "RUNNING", "UTIL", "LAST REPORT", "ADDRESS",
-                        "NOTE"])
-    return out + _more(r)
+    out = table(rows, ["WORKER", "STATE", "ZONE", "RUNNING", "UTIL", "LAST REPORT", "ADDRESS",
+                       "NOTE"])
+    return _warmup(r) + out + _more(r)
+
+
+def percent(u: float) -> str:
+    """A utilization as a whole percent, halves rounded up: the dashboard rounds the same way
+    (1/40 is 3 % on both)."""
+    return f"{math.floor(u * 100 + 0.5)}%"
 
 
 def _more(r: dict[str, Any]) -> str:
-    return f"\n… more after {r['next']} (--after {r['next']})" if r.get("next") else ""
+    return f"\n… more after {cell(r['next'])} (--after {cell(r['next'])})" if r.get("next") \
+        else ""
+
+
+def _warmup(r: dict[str, Any]) -> str:
+    """Why a listing is empty while the supervisor warms up (it assigns nothing yet)."""
+    w = r.get("warmup")
+    if not w:
+        return ""
+    expected = f" of {w['expected']} expected" if w.get("expected") else ""
+    return (f"warming up: {w['workers']}{expected} workers reported, ends in "
+            f"{w['ends_in_s']:.0f} s (nothing is assigned before)\n")
 
 
 def _fmt_tasks(r: dict[str, Any]) -> str:
     rows = [[t["task"], ",".join(t["owners"]) or "-",
              ",".join(str(t["tokens"].get(o, "-")) for o in t["owners"]) or "-",
              str(t["missing"]) if t["missing"] else "",
-             t.get("pending_reason") or "", ",".join(t["failing_on"])] for t in r["tasks"]]
-    return _table(rows, ["TASK", "OWNERS", "TOKENS", "MISSING", "WHY PENDING", "FAILING ON"]
-                  ) + _more(r)
+             t.get("pending_reason") or "", ",".join(t["failing_on"]),
+             _last_error(t.get("last_error"), r.get("now"))] for t in r["tasks"]]
+    return _warmup(r) + table(rows, ["TASK", "OWNERS", "TOKENS", "MISSING", "WHY PENDING",
+                                     "FAILING ON", "LAST ERROR"]) + _more(r)
+
+
+def _last_error(e: dict[str, Any] | None, now: float | None) -> str:
+    """A task's last failure: where, how long ago, and what."""
+    if not e:
+        return ""
+    ago = f" {now - e['t']:.0f}s ago" if now is not None else ""
+    return f"{e['worker']}{ago}: {e['error']}"
 
 
 def _fmt_assignments(r: dict[str, Any]) -> str:
     rows = [[t, ", ".join(ws) or "-"] for t, ws in r["assignments"].items()]
-    out = f"version {r['version']}\n" + _table(rows, ["TASK", "WORKERS"])
+    out = _warmup(r) + f"version {r['version']}\n" + table(rows, ["TASK", "WORKERS"])
     if r["pending"]:
-        out += f"\npending: {', '.join(r['pending'])}"
+        out += f"\npending: {cell(r['pending'])}"
     return out + _more(r)
 
 
@@ -127,25 +151,52 @@ def _fmt_map(r: dict[str, Any] | None) -> str:
         return "up to date"
     rows = [[t, ", ".join(ws) or "-"] for t, ws in sorted(r["tasks"].items())]
     workers = [[w, e["state"], e["serve"]] for w, e in sorted(r["workers"].items())]
-    return (f"version {r['version']}\n" + _table(rows, ["TASK", "SERVED BY"]) + "\n\n"
-            + _table(workers, ["WORKER", "STATE", "SERVE"]))
+    return (f"version {r['version']}\n" + table(rows, ["TASK", "SERVED BY"]) + "\n\n"
+            + table(workers, ["WORKER", "STATE", "SERVE"]))
 
 
 def _fmt_route(r: dict[str, Any]) -> str:
     head = f"map version {r['version']}\n"
     if "key" in r:
-        head += f"key {r['key']} -> task {r['task']} (hash ring of {r['ring']})\n"
+        head += f"key {cell(r['key'])} -> task {cell(r['task'])} (hash ring of {r['ring']})\n"
     else:
-        head += f"task {r['task']}\n"
+        head += f"task {cell(r['task'])}\n"
     rows = [[o["worker"], o["state"], o["serve"], o["why"]] for o in r["owners"]]
-    table = _table(rows, ["OWNER", "STATE", "SERVE", "WHY"]) + "\n" if rows else ""
-    return head + table + str(r["verdict"])
+    owners = table(rows, ["OWNER", "STATE", "SERVE", "WHY"]) + "\n" if rows else ""
+    return head + owners + cell(r["verdict"])
+
+
+def _fmt_events(r: dict[str, Any]) -> str:
+    lines = [f"… {r['missed']} events missed (the feed holds the newest "
+             f"{r['last'] - r['first'] + 1})"] if r.get("missed") else []
+    lines += [_fmt_event(e, r["now"]) for e in r["events"]]
+    lines.append(f"cursor {r['cursor']} (--after {r['cursor']} for what comes next)")
+    return "\n".join(lines)
+
+
+def _fmt_done(r: Any) -> str:
+    """What a verb that acts answers: its fields, one a line."""
+    return pairs(r) if isinstance(r, dict) else cell(r)
 
 
 PAGED = {"workers": "workers", "tasks": "tasks", "assignments": "assignments"}
 FORMATS: dict[str, Callable[[Any], str]] = {
     "status": _fmt_status, "counters": _fmt_status, "workers": _fmt_workers, "tasks": _fmt_tasks,
-    "assignments": _fmt_assignments, "map": _fmt_map,
+    "assignments": _fmt_assignments, "map": _fmt_map, "events": _fmt_events,
+}
+# More than the verb table's one line, where a field needs its meaning explained.
+DETAILS = {
+    "status": """\b
+balanced       the balance criterion holds now: no single move of a replica to a
+               worker that may take it would lower the larger of the two
+               utilizations (docs/supervisor.md, "Balance criterion"); null until
+               the supervisor runs
+moves_planned  the moves the remaining rebalance passes would make (0 when balanced)
+rebalancing    a rebalance pass is scheduled: something changed since the last one
+warmup         while warming up: workers reported, expected, seconds left
+tasks_failing  tasks failing on some worker (corralctl tasks: LAST ERROR says why)
+source_error   the task source's last failure and since when (the last good list
+               stays); null when its last read was good""",
 }
 
 
@@ -157,10 +208,9 @@ def _make_command(verb: Verb) -> click.Command:
         result = (_call_all(ctx, verb.name, args, key) if key else
                   _call(ctx, verb.name, args))
         if ctx.obj["output"] == "json":
-            click.echo(json.dumps(result, indent=2, sort_keys=True))
+            click.echo(json.dumps(_as_json(verb.name, result), indent=2, sort_keys=True))
         else:
-            fmt = FORMATS.get(verb.name)
-            click.echo(fmt(result) if fmt else ", ".join(f"{k}: {v}" for k, v in result.items()))
+            click.echo(FORMATS.get(verb.name, _fmt_done)(result))
 
     params: list[click.Parameter] = []
     for a in verb.args:
@@ -170,10 +220,22 @@ def _make_command(verb: Verb) -> click.Command:
             params.append(click.Option([f"--{a.name}"], is_flag=True, help=a.help))
         elif a.kind is int:
             params.append(click.Option([f"--{a.name.replace('_', '-')}", a.name],
-                                       type=click.IntRange(min=a.minimum), help=a.help))
+                                       type=click.IntRange(min=a.minimum, max=MAX_UINT),
+                                       help=a.help))
         else:
             params.append(click.Option([f"--{a.name}"], help=a.help))
-    return click.Command(verb.name, callback=callback, params=params, help=verb.help + ".")
+    text = verb.help + "." + (f"\n\n{DETAILS[verb.name]}" if verb.name in DETAILS else "")
+    return click.Command(verb.name, callback=callback, params=params, help=text)
+
+
+def _as_json(verb: str, result: Any) -> Any:
+    """JSON for scripts: a task's spec travels as canonical JSON text (the wire's check of
+    plain values allows no empty keys); scripts get it as the object it is."""
+    if verb == "tasks":
+        for t in result["tasks"]:
+            if isinstance(t.get("spec"), str):
+                t["spec"] = json.loads(t["spec"])
+    return result
 
 
 for _verb in VERBS.values():
@@ -198,24 +260,27 @@ def route(ctx: click.Context, task: str | None, key: str | None) -> None:
     try:
         result = explain(routemap.parse(_call(ctx, "map", {})), task=task, key=key)
     except (LookupError, ProtocolError) as exc:
-        click.echo(f"corralctl: {exc.args[0] if exc.args else exc}", err=True)
+        click.echo(f"corralctl: {printable(str(exc.args[0] if exc.args else exc))}", err=True)
         sys.exit(1)
     if ctx.obj["output"] == "json":
         click.echo(json.dumps(result, indent=2, sort_keys=True))
     else:
         click.echo(_fmt_route(result))
+    if not result["goes_to"]:  # a request for it would fail: say so in the exit status
+        sys.exit(1)
 
 
 def _fmt_event(e: dict[str, Any], now: float) -> str:
-    fields = " ".join(f"{k}={v}" for k, v in e.items()
+    fields = " ".join(f"{cell(k)}={cell(v)}" for k, v in e.items()
                       if k not in ("seq", "t", "kind") and v not in (None, ""))
-    return f"{e['seq']:>7}  {now - e['t']:7.1f}s ago  {e['kind']:<10} {fields}"
+    return f"{e['seq']:>7}  {now - e['t']:7.1f}s ago  {cell(e['kind']):<10} {fields}"
 
 
 @main.command()
-@click.option("--interval", type=float, default=1.0, show_default=True,
-              help="seconds between asks for new events")
-@click.option("--count", type=int, default=0, help="stop after this many asks (0: never)")
+@click.option("--interval", type=click.FloatRange(0, 3600, min_open=True), default=1.0,
+              show_default=True, help="seconds between asks for new events (at most 3600)")
+@click.option("--count", type=click.IntRange(0, MAX_UINT), default=0,
+              help="stop after this many asks (0: never)")
 @click.option("--kind", multiple=True, help="only events of this kind (repeatable): join, "
               "timeout, move, handoff, rebalance, tasks, role, refused, …")
 @click.pass_context

@@ -100,6 +100,7 @@ class SupervisorCore:
                                self.dispatch, self.wheel)
         self._read = self.intake.report
         self.wheel.schedule_timeout(WARMUP, now + config.warmup)
+        life.warmup_until = now + config.warmup
 
     # -- the one entry point ------------------------------------------------------------------
 
@@ -241,9 +242,11 @@ class SupervisorCore:
                    else "task source returned no tasks; keeping the last list (--allow-empty "
                    "lets an empty list remove every task)")
             self.effects.log("error", why)
+            self.book.refuse(ev.error if tasks is None else why, now)
             if life.phase is Phase.QUERYING:
                 self.wheel.schedule_timeout(QUERY_RETRY, now + self.config.query_retry)
             return
+        self.book.accept()
         if life.phase is Phase.QUERYING:
             if self.rebuilding is not None:  # a newer list (`corralctl query`): start over
                 self.assigner.clear()

@@ -11,6 +11,7 @@ and the dashboard; after ``--failure-cooldown`` the task may go back.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from corral.common.timers import TimerWheel
@@ -23,6 +24,16 @@ from .feed import Feed
 from .records import WorkerRecord
 
 INCLUDE = "include"  # timer key tag: a task may go back to a worker it was kept off
+MAX_KEPT = 10_000  # last errors kept, oldest dropped first: bounded whatever the fleet says
+
+
+@dataclass(frozen=True)
+class LastError:
+    """A task's last failure as a worker reported it; ``t`` is on the supervisor's clock."""
+
+    worker: str
+    t: float
+    error: str
 
 
 class Failures:
@@ -37,10 +48,23 @@ class Failures:
         self._feed = feed
         self._effects = effects
         self._why: dict[str, dict[str, str]] = {}  # task -> worker kept off -> why
+        # task -> its last failure: kept past the worker's report (a task moved off the
+        # worker it failed on is no longer reported there), oldest first.
+        self.last: dict[str, LastError] = {}
+
+    def last_error(self, task: str) -> LastError | None:
+        return self.last.get(task)
 
     def check(self, rec: WorkerRecord, now: float) -> None:
         """``rec`` reports failing tasks: those at the limit move off it."""
         moved = False
+        for task, (at, text) in rec.status.last_errors.items():
+            t = min(at + rec.clock_offset, now)  # its clock to ours, never in the future
+            kept = self.last.pop(task, None)
+            self.last[task] = kept if kept is not None and kept.t >= t else \
+                LastError(rec.id, t, text)
+            if len(self.last) > MAX_KEPT:
+                del self.last[next(iter(self.last))]
         for task, n in rec.status.failures.items():
             if n >= self._max and self._assigner.owns(rec.id, task):
                 self._exclude(task, rec.id, f"failed {n} times in a row", now)

@@ -54,6 +54,7 @@ class Lifecycle:
         self.role: Role | None = None  # the election's latest decision, for `corralctl status`
         self.warm = False  # the warm-up has run its course (a promoted standby skips it)
         self.content_sent = False  # once true, the epoch may no longer move
+        self.warmup_until = now  # when the warm-up's timer ends it (the core sets it)
 
     @property
     def running(self) -> bool:

@@ -21,9 +21,9 @@ from .assigner import Assigner
 from .config import SupervisorConfig
 from .counters import Counters
 from .dispatch import Dispatch
-from .failures import Failures
+from .failures import Failures, LastError
 from .feed import Feed
-from .lifecycle import Lifecycle
+from .lifecycle import Lifecycle, Phase
 from .rebalancing import Rebalancing
 from .records import WorkerRecord
 from .registry import Registry
@@ -80,6 +80,7 @@ class TaskView:
     # owner -> running | starting (given, not running yet) | failing (restart backoff)
     states: Mapping[str, str]
     excluded: Mapping[str, str]  # worker it is kept off -> why
+    last_error: LastError | None = None  # its last failure, wherever it was
 
     @property
     def running_on(self) -> tuple[str, ...]:
@@ -157,14 +158,14 @@ class Queries:
         (None): planning over a rebuild's half-built placement took seconds per poll."""
         a = self._assigner
         if not self._life.running:  # no assignment yet (a rebuild in slices is half built)
-            return {"criterion_met": None, "moves_planned": None,
+            return {"balanced": None, "moves_planned": None,
                     "zone_degraded": a.view.zone_degraded()}
         version = (a.placement.version, len(a.handoffs.pinned))  # hand-offs pin tasks
         kept = self._outlook
         if kept is not None and (kept[0] == version or now - kept[1] < OUTLOOK_MAX_AGE):
             return kept[2]
         balanced, planned, degraded = a.outlook()
-        look = {"criterion_met": balanced, "moves_planned": planned, "zone_degraded": degraded}
+        look = {"balanced": balanced, "moves_planned": planned, "zone_degraded": degraded}
         self._outlook = (version, now, look)
         return look
 
@@ -199,8 +200,25 @@ class Queries:
         a = self._assigner
         return {**self._registry.sizes(), "tasks_listed": len(self._book.entries),
                 **a.placement.sizes(), **a.handoffs.sizes(), **self._starts.sizes(),
-                "exclusion_reasons": len(self._failures), "grants": len(self._dispatch),
+                "exclusion_reasons": len(self._failures),
+                "last_errors": len(self._failures.last), "grants": len(self._dispatch),
                 "timers": len(self._wheel), "feed": self._feed.held}
+
+    def warmup(self, now: float) -> dict[str, Any] | None:
+        """While the leader warms up (it assigns nothing yet): workers reported, expected
+        (--expect-workers; None when not set), seconds left; None otherwise."""
+        life = self._life
+        if life.phase is not Phase.WARMUP or not life.leader:
+            return None
+        return {"workers": self._registry.active, "expected": self.config.expect_workers or None,
+                "ends_in_s": round(max(0.0, life.warmup_until - now), 1)}
+
+    def source_error(self, now: float) -> dict[str, Any] | None:
+        """The task source's last failure, while no good list has come since."""
+        refused = self._book.refused
+        if refused is None:
+            return None
+        return {"error": refused[0], "since_s": round(now - refused[1], 1)}
 
     def events(self, cursor: int | None, limit: int) -> dict[str, Any]:
         return self._feed.after(cursor, limit)
@@ -313,7 +331,8 @@ class Queries:
         return TaskView(task, cost, owners, tokens, max(missing, 0),
                         self._pending_reason(task) if missing > 0 else None,
                         a.handoffs.old_owner(task), tuple(sorted(failing)),
-                        self._book.spec(task), states, excluded)
+                        self._book.spec(task), states, excluded,
+                        self._failures.last_error(task))
 
     def _pending_reason(self, task: str) -> str:
         why = self._assigner.view.pending_reason(task)

@@ -204,8 +204,8 @@ class Fetcher:
     A request while another runs is remembered and run after it (with reset if either asked
     for it). A list equal to the last one handed over is not handed over again unless the
     request asked for a reset: "unchanged" is no event at all (counted in
-    ``counters.unchanged``). A reset whose query failed is owed: the next list handed over
-    carries ``reset=True``. `stop` ends the thread and the watch; call it once, at shutdown.
+    ``counters.unchanged``), except the first after a failure (the source is good again). A
+    reset whose query failed is owed: the next list handed over carries ``reset=True``. `stop` ends the thread and the watch; call it once, at shutdown.
     """
 
     def __init__(self, source: TaskSource, timeout: float, wake: Callable[[], None],
@@ -224,6 +224,7 @@ class Fetcher:
         self._thread: threading.Thread | None = None
         self._last: Tasks | None = None  # the last list handed over
         self._owed_reset = False
+        self._failed = False  # the last outcome was an error: the next good one is handed over
         self._driver: Driver
         if source.kind == "file":
             self._driver = FileWatch(Path(source.target), self.counters)
@@ -308,16 +309,26 @@ class Fetcher:
         if error is not None:
             self.counters.failures += 1
             self._owed_reset = self._owed_reset or bool(reset)
+            self._failed = True
             return TasksFetched(None, error, bool(reset))
-        if tasks is None:
-            if reset is not None:  # asked, and the source said it has not changed (HTTP 304)
-                self.counters.unchanged += 1
-            return None
+        if tasks is None:  # a watch saw nothing new; or asked, and the source said so (304)
+            if reset is None:
+                return None
+            self.counters.unchanged += 1
+            return self._mended()
         again = bool(reset) or self._owed_reset
         if not again and tasks == self._last:
             self.counters.unchanged += 1
-            return None
-        self._last, self._owed_reset = tasks, False
+            return self._mended()
+        self._last, self._owed_reset, self._failed = tasks, False, False
         self.counters.updates += 1
         # events.py still types the list as {id: cost} until the core takes entries.
         return TasksFetched(tasks, None, again)
+
+    def _mended(self) -> TasksFetched | None:
+        """An unchanged list after a failure is handed over once all the same: the source is
+        good again, and the core clears the error it shows (`corralctl status`)."""
+        if not self._failed or self._last is None:
+            return None
+        self._failed = False
+        return TasksFetched(self._last, None, False)

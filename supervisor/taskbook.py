@@ -43,6 +43,15 @@ class TaskBook:
         self.entries: dict[str, TaskEntry] = {}
         self.listed = False  # a task list has been applied since the book was (re)made
         self.generation = 0  # moves when tasks are added or removed
+        # The source's last failure (its sentence, since when): cleared by a good list.
+        self.refused: tuple[str, float] | None = None
+
+    def refuse(self, why: str, now: float) -> None:
+        """The source failed or its list was refused; the last good list stays."""
+        self.refused = (why, self.refused[1] if self.refused else now)
+
+    def accept(self) -> None:
+        self.refused = None
 
     def spec(self, task: str) -> str | None:
         entry = self.entries.get(task)

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from corral.common.wire.verbs import MAX_PAGE
 
+from .failures import LastError
 from .queries import Queries, WorkerView
 
 T = TypeVar("T")
@@ -35,18 +36,24 @@ def _page(items: Iterator[T], limit: int | None) -> tuple[list[T], bool]:
 
 
 def status(q: Queries, now: float) -> dict[str, Any]:
+    """One notion of balanced: ``balanced`` is the criterion judged now (the outlook's dry
+    run; None before the supervisor runs); ``rebalancing`` says a pass is still scheduled."""
     phase, epoch, started_at, _, _ = q.lifecycle()
     active, total = q.worker_count()
+    summary = q.placement_summary()
+    summary["rebalancing"] = not summary.pop("balanced")
     return {
         "phase": phase,
         "epoch": epoch,
         "workers_active": active,
         "workers_total": total,
-        **q.placement_summary(),
+        **summary,
         **q.outlook(now),
         "tasks_failing": q.failing_count(),
         "tables": q.table_sizes(),
         "uptime_s": round(now - started_at, 3),
+        "warmup": q.warmup(now),
+        "source_error": q.source_error(now),
         **_ha(q),
     }
 
@@ -104,12 +111,13 @@ def workers(q: Queries, now: float, limit: int | None = None, after: str | None 
         views = (w for w in views if w.zone == zone or w.zone.startswith(zone.rstrip("/") + "/"))
     rows, more = _page(iter(views), limit)
     return {"workers": [worker_row(w, now) for w in rows],
-            "next": rows[-1].id if more else None}
+            "next": rows[-1].id if more else None, **_warming(q, now)}
 
 
 def tasks(q: Queries, worker: str | None = None, pending: bool = False,
           prefix: str | None = None, limit: int | None = None,
-          after: str | None = None, handoffs: bool = False) -> dict[str, Any]:
+          after: str | None = None, handoffs: bool = False,
+          now: float | None = None) -> dict[str, Any]:
     ids = q.handoff_tasks(after) if handoffs else q.task_ids(prefix, after, worker)
     views = (q.task(t) for t in ids)
     if pending:
@@ -122,13 +130,28 @@ def tasks(q: Queries, worker: str | None = None, pending: bool = False,
             "handoff_from": v.releasing, "failing_on": list(v.failing_on),
             "spec": v.spec, "running_on": list(v.running_on), "states": dict(v.states),
             "excluded": dict(v.excluded),
+            "last_error": _last_error(v.last_error),
         } for v in rows],
         "next": rows[-1].id if more else None,
+        **_warming(q, now),
     }
 
 
+def _last_error(e: LastError | None) -> dict[str, Any] | None:
+    return None if e is None else {"worker": e.worker, "t": e.t, "error": e.error}
+
+
+def _warming(q: Queries, now: float | None) -> dict[str, Any]:
+    """What a listing adds: the supervisor's clock (``t`` values are on it) and, while it
+    warms up, why the listing is empty."""
+    if now is None:
+        return {}
+    warmup = q.warmup(now)
+    return {"now": now, **({"warmup": warmup} if warmup else {})}
+
+
 def assignments(q: Queries, prefix: str | None = None, limit: int | None = None,
-                after: str | None = None) -> dict[str, Any]:
+                after: str | None = None, now: float | None = None) -> dict[str, Any]:
     ids, more = _page(q.task_ids(prefix, after), limit)
     pending = q.pending()
     if prefix:
@@ -138,6 +161,7 @@ def assignments(q: Queries, prefix: str | None = None, limit: int | None = None,
         "assignments": {t: list(q.owners(t)) for t in ids},
         "pending": pending[:MAX_PAGE],
         "next": ids[-1] if more else None,
+        **_warming(q, now),
     }
 
 

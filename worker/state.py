@@ -364,6 +364,7 @@ class WorkerMachine:
             state=_REPORTED[self._phase],
             applied=self._applied,
             failures=self._tasks.failures(),
+            last_errors=self._tasks.last_errors(),
             lease_held=self._lease_held,
             zone=self._cfg.zone,
             labels=self._labels,

@@ -28,9 +28,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
+from corral.common.wire.protocol import MAX_ERROR_CHARS
+
 from . import events as ev
 from .config import Backoff
 from .sets import Grant
+
+
+def one_line(text: str) -> str:
+    """A failure's reason as a report carries it: one line, no control characters, at most
+    `MAX_ERROR_CHARS` (the start of a long one: where it says what failed).
+
+    >>> one_line("Traceback:\\n  boom\\x1b[2J")
+    'Traceback: boom?[2J'
+    """
+    flat = " ".join("".join(c if c.isprintable() or c in "\t\n\r" else "?" for c in text)
+                    .split())
+    return flat if len(flat) <= MAX_ERROR_CHARS else flat[:MAX_ERROR_CHARS - 1] + "…"
 
 
 class TaskState(StrEnum):
@@ -50,6 +64,7 @@ class _Task:
     since: float = 0.0  # when it entered RUNNING
     retry_at: float = 0.0  # BACKOFF: when to start it again
     again: Grant | None = None  # STOPPING: added again meanwhile: start it so once stopped
+    last_error: tuple[float, str] | None = None  # while failures count: (when, why) of the last
 
 
 class TaskTable:
@@ -96,6 +111,12 @@ class TaskTable:
 
     def failures(self) -> dict[str, int]:
         return {t: rec.failures for t, rec in self._tasks.items() if rec.failures}
+
+    def last_errors(self) -> dict[str, tuple[float, str]]:
+        """task -> (when, why) of its last failure, for the tasks in `failures` (so the
+        report's maps change together: the supervisor's settled digest covers ``failures``)."""
+        return {t: rec.last_error for t, rec in self._tasks.items()
+                if rec.failures and rec.last_error is not None}
 
     def deadlines(self, restarts: bool) -> list[float]:
         """Times at which `expire` has something to do (restarts only if ``restarts``)."""
@@ -185,6 +206,7 @@ class TaskTable:
             return self.stopped(event.task, may_start, out)
         self.counters["task_failures"] += 1
         rec.failures += 1
+        rec.last_error = (now, one_line(event.reason))
         rec.state = TaskState.BACKOFF
         self._timed[event.task] = None
         delay = self._backoff.delay(rec.failures)

@@ -63,6 +63,11 @@ TaskList = Annotated[tuple[Id, ...], msgspec.Meta(max_length=MAX_TASKS)]
 Labels = Annotated[dict[Id, Id], msgspec.Meta(max_length=MAX_LABELS)]
 Specs = Annotated[dict[Id, SpecText], msgspec.Meta(max_length=MAX_TASKS)]
 ReplyCode = Literal["ok", "not_owner", "error"]
+MAX_ERROR_CHARS = 200  # a task's last error in a report: one short line
+# One line of text: no control character (a newline, an escape) may come from a report.
+ErrorText = Annotated[str, msgspec.Meta(max_length=MAX_ERROR_CHARS,
+                                        pattern=r"\A[^\x00-\x1f\x7f]*\Z")]
+LastErrors = Annotated[dict[Id, tuple[Num, ErrorText]], msgspec.Meta(max_length=MAX_TASKS)]
 
 def make_token(epoch: int, n: int) -> int:
     """The fencing token of a task's ``n``-th assignment under ``epoch``; ValueError for an
@@ -117,6 +122,8 @@ class Status(_Message, frozen=True):
     lists the held tasks that are not running now — waiting to start (no lease yet) or in
     restart backoff: a task covers its assignment only once it runs. ``drained`` repeats what
     the supervisor's sets say (an operator drained this worker), for the next supervisor.
+    ``last_errors`` gives each task in ``failures`` its last failure: when (the worker's
+    monotonic clock) and why, one line of at most `MAX_ERROR_CHARS`.
     """
 
     worker: Id
@@ -137,6 +144,7 @@ class Status(_Message, frozen=True):
     labels: Labels = msgspec.field(default_factory=dict)
     starting: TaskList = ()
     drained: bool = False
+    last_errors: LastErrors = msgspec.field(default_factory=dict)
 
 
 class StatusGlance(_Message, frozen=True):
@@ -164,6 +172,7 @@ class StatusGlance(_Message, frozen=True):
     labels: msgspec.Raw = msgspec.Raw(b"\x80")
     starting: msgspec.Raw = msgspec.Raw(b"\x90")  # an empty array
     drained: bool = False
+    last_errors: msgspec.Raw = msgspec.Raw(b"\x80")  # changes only with ``failures``
 
 
 class Instructions(_Message, frozen=True):

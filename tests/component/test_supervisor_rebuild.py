@@ -244,8 +244,8 @@ def test_status_during_the_rebuild_plans_nothing() -> None:
     h.until(lambda: h.core.rebuilding is not None)
     result, error, _ = verbs.call(h.core, "status", {}, h.now)
     assert error is None and result["phase"] == "querying"
-    assert result["criterion_met"] is None and result["moves_planned"] is None
+    assert result["balanced"] is None and result["moves_planned"] is None
     rebuilt(h)
     result, error, _ = verbs.call(h.core, "status", {}, h.now)
-    assert error is None and result["criterion_met"] in (True, False)
+    assert error is None and result["balanced"] in (True, False)
     assert isinstance(result["moves_planned"], int)

@@ -4,9 +4,12 @@ first use."""
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +18,7 @@ from corral.worker.handlers import StartError, TaskContext
 from corral.worker.process import ExecRunner
 from corral.worker.runner import TaskExecutor
 
-from .procs import BIN, free_port
+from .procs import BIN, Procs, Supervisor, free_port, wait_until, write_json
 
 pytestmark = pytest.mark.e2e
 
@@ -59,3 +62,52 @@ def test_an_exec_start_that_fails_names_the_program() -> None:
         runner.start(TaskContext("t1"))
     failed = TaskExecutor(runner, None, log=None).start(StartTask("t1"))
     assert failed == TaskFailed("t1", "cannot run '/nonexistent/rec': No such file or directory")
+
+
+def ctl(sup: Supervisor, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "corralctl"), "--control", sup.control, *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_during_the_warm_up_corralctl_says_why_it_has_nothing(procs: Procs) -> None:
+    """Not `version 0` and an empty table: the warm-up, who reported, when it ends."""
+    (procs.tmp / "tasks.txt").write_text("a\n")
+    sup = Supervisor(procs, f"file:{procs.tmp / 'tasks.txt'}", warmup=60, expect_workers=3)
+    out = wait_until(lambda: (r := ctl(sup, "assignments")).returncode == 0 and r)
+    first = out.stdout.splitlines()[0]
+    assert first.startswith("warming up: 0 of 3 expected workers reported, ends in "), first
+    assert first.endswith(" s (nothing is assigned before)")
+    for verb in ("tasks", "workers"):
+        assert ctl(sup, verb).stdout.startswith("warming up: 0 of 3 expected workers")
+    status = json.loads(ctl(sup, "-o", "json", "status").stdout)
+    assert status["warmup"]["expected"] == 3 and 0 < status["warmup"]["ends_in_s"] <= 60
+
+
+def test_why_a_task_fails_is_where_people_look(procs: Procs) -> None:
+    """A task that keeps failing: `corralctl tasks` gives its last error, the worker and when
+    (it used to be only in the worker's log); a broken task file shows in `corralctl status`
+    (it used to be only in the supervisor's log and counters)."""
+    tasks = procs.tmp / "tasks.json"
+    write_json(tasks, [{"id": "broken"}])
+    sup = Supervisor(procs, f"file:{tasks}", max_failures=2)
+    procs.start("w1", [str(BIN / "corral-worker"), "run", "--supervisor", sup.endpoint,
+                       "--id", "w1", "--handler", "exec", "--exec", "sh -c 'exit 3' {task}",
+                       "--report-interval", "0.3"])
+
+    def last_error() -> Any:
+        rows = json.loads(ctl(sup, "-o", "json", "tasks").stdout)["tasks"]
+        return rows and rows[0]["last_error"]
+
+    err = wait_until(last_error, timeout=30, what="the task's last error")
+    assert err["worker"] == "w1" and err["error"] == "exited with status 3"
+    table = ctl(sup, "tasks").stdout.splitlines()
+    assert "LAST ERROR" in table[0]
+    assert re.search(r"broken .*w1 \d+s ago: exited with status 3$", table[1]), table
+    tasks.write_text('[{"id": "broken"')  # a task file cut short
+    gone = wait_until(lambda: json.loads(ctl(sup, "-o", "json", "status").stdout
+                                         )["source_error"], what="the refused list")
+    assert str(tasks) in gone["error"] and gone["since_s"] >= 0
+    assert re.search(r"^source_error +\{\"error\":", ctl(sup, "status").stdout, re.M)
+    write_json(tasks, [{"id": "broken"}])  # mended: the error goes
+    wait_until(lambda: json.loads(ctl(sup, "-o", "json", "status").stdout
+                                  )["source_error"] is None, what="the mended list")

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from corral.common.errors import ProtocolError
 from corral.common.wire import codec, protocol
 from corral.common.wire.protocol import (
+    MAX_ERROR_CHARS,
     PROTOCOL_VERSION,
     ControlError,
     ControlReply,
@@ -66,6 +67,9 @@ statuses = st.builds(
     failures=task_maps,
     lease_held=st.booleans(),
     starting=task_lists,
+    last_errors=st.dictionaries(ids, st.tuples(numbers, st.text(
+        st.characters(blacklist_categories=("Cc", "Cs")), max_size=MAX_ERROR_CHARS)),
+        max_size=3),
 )
 instructions = st.builds(
     Instructions,
@@ -131,7 +135,7 @@ def test_a_status_glance_reads_every_status_as_it_is(msg: Status) -> None:
     assert StatusGlance.__struct_fields__ == Status.__struct_fields__
     g = codec.glance_status(codec.encode(msg))
     for f in Status.__struct_fields__:
-        if f in ("running", "failures", "labels", "starting"):
+        if f in ("running", "failures", "labels", "starting", "last_errors"):
             assert bytes(getattr(g, f)) == codec.encoded(getattr(msg, f))
         else:
             assert getattr(g, f) == getattr(msg, f), f
@@ -391,3 +395,12 @@ def test_a_renewal_is_an_empty_instruction_set_on_the_wire(
     frame = codec.encode(Renewal(*fields))
     assert frame == codec.encode(Instructions(*fields))
     assert codec.decode(frame) == Instructions(*fields)
+
+
+@pytest.mark.parametrize("text", ["two\nlines", "\x1b[2J", "x" * (MAX_ERROR_CHARS + 1)])
+def test_a_last_error_is_one_short_line_or_the_report_is_refused(text: str) -> None:
+    """A worker's last error (issue 32) is shown by corralctl and the dashboard: one line,
+    no control characters, bounded — checked where the report is decoded."""
+    st_ = Status("w", 1, 1, 1.0, 10, {"t": 1}, failures={"t": 1}, last_errors={"t": (1.0, text)})
+    with pytest.raises(ProtocolError, match="last_errors"):
+        codec.decode(codec.encode(st_))
