@@ -92,11 +92,16 @@ def main(**options: Any) -> None:
         sys.exit(2)
     logs.configure(cfg.log_level, cfg.log_json)
     try:
+        from .web import serve  # aiohttp: imported only once the arguments are good
+    except ModuleNotFoundError as exc:  # a broken install: one line, not a traceback
+        click.echo(f"{PROG}: cannot start: the module {exc.name!r} is missing (aiohttp comes "
+                   "with corral: pip install --force-reinstall corral)", err=True)
+        sys.exit(1)
+    try:
         sock = socket.create_server((cfg.host, cfg.port), reuse_port=False)
     except OSError as exc:
         click.echo(f"{PROG}: cannot listen on {cfg.host}:{cfg.port}: {exc.strerror}", err=True)
         sys.exit(1)
-    from .web import serve  # aiohttp: imported only once the arguments are good
 
     serve(cfg, sock, ControlClient(list(cfg.control), curve=cfg.curve, timeout=cfg.timeout))
 

@@ -205,7 +205,8 @@ class Fetcher:
     for it). A list equal to the last one handed over is not handed over again unless the
     request asked for a reset: "unchanged" is no event at all (counted in
     ``counters.unchanged``), except the first after a failure (the source is good again). A
-    reset whose query failed is owed: the next list handed over carries ``reset=True``. `stop` ends the thread and the watch; call it once, at shutdown.
+    reset whose query failed is owed: the next list handed over carries ``reset=True``. `stop`
+    ends the thread and the watch; call it once, at shutdown.
     """
 
     def __init__(self, source: TaskSource, timeout: float, wake: Callable[[], None],

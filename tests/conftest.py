@@ -24,6 +24,18 @@ settings.register_profile("dev", deadline=None, max_examples=300)
 settings.load_profile(os.environ.get("CORRAL_HYPOTHESIS", "ci"))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under scripts/test (CORRAL_NO_SKIPS=1) a skipped test fails: it installs what every
+    test needs, so a skip means something is missing, never a test quietly not run."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("CORRAL_NO_SKIPS") == "1":
+        report.outcome = "failed"
+        report.longrepr = f"skipped under scripts/test, which should provide what it needs: " \
+                          f"{report.longrepr}"
+
+
 @pytest.fixture()
 def etcd(tmp_path: Path) -> Iterator[Etcd]:
     """A real etcd on loopback for this test, stopped by pid afterwards."""

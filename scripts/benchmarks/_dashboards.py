@@ -29,8 +29,8 @@ class Dashboards:
 
     def __init__(self, control: str, n: int, ports: Callable[[], int]) -> None:
         if importlib.util.find_spec("aiohttp") is None:
-            raise SystemExit("ingest: --dashboards needs the dashboard extra: "
-                             "pip install -e '.[dashboard]' (scripts/test installs it)")
+            raise SystemExit("ingest: --dashboards needs aiohttp, a dependency of corral: "
+                             "pip install -e . (scripts/test installs it)")
         self.procs: list[tuple[subprocess.Popen[bytes], str]] = []
         for _ in range(n):
             url = f"http://127.0.0.1:{ports()}"

@@ -145,3 +145,49 @@ def test_every_module_with_doctests_runs_them() -> None:
                     if result.failed:
                         failures.append(f"{test.name}: {result.failed} failed")
     assert failures == []
+
+
+# Where a module's top-level import name and its distribution's name differ.
+DISTRIBUTIONS = {"zmq": "pyzmq"}
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    """The top-level names a module imports when it is loaded (not inside functions: those
+    are the optional extras' lazy imports, e.g. etcd3gw for --ha, matplotlib for --plot)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_a_plain_install_has_every_module_level_import() -> None:
+    """`pip install corral` then any command works: every third-party module a corral module
+    imports on load is a dependency, not an extra (corral-dashboard needed aiohttp, an extra,
+    and ended in ModuleNotFoundError — issue 32)."""
+    deps = {d.split(">")[0].split("=")[0].split("[")[0].strip().lower().replace("_", "-")
+            for d in _pyproject()["project"]["dependencies"]}
+    stdlib = set(sys.stdlib_module_names)
+    missing = {}
+    for folder in FOLDERS:
+        for path in (ROOT / folder).rglob("*.py"):
+            for name in _module_level_imports(path) - stdlib - {"corral", "__future__"}:
+                dist = DISTRIBUTIONS.get(name, name).lower().replace("_", "-")
+                if dist not in deps:
+                    missing[name] = str(path.relative_to(ROOT))
+    assert missing == {}, f"imported on load, but not a dependency: {missing}"
+
+
+def test_a_broken_install_of_the_dashboard_is_one_line() -> None:
+    """Should aiohttp be missing all the same: one line naming it, not a traceback."""
+    code = ("import sys; sys.modules['aiohttp'] = None\n"
+            "from corral.dashboard.cli import main\n"
+            "main(['--listen', '127.0.0.1:1'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "corral-dashboard: cannot start: the module 'aiohttp' is missing (aiohttp comes with "
+        "corral: pip install --force-reinstall corral)"]
