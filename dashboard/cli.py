@@ -51,6 +51,7 @@ class DashboardConfig:
     log_level: str
     log_json: bool | None
     follow: FollowConfig
+    hosts: auth.Hosts
 
 
 @click.command(PROG, cls=OneLineCommand, context_settings=CONTEXT, help=DESCRIPTION)
@@ -61,6 +62,10 @@ class DashboardConfig:
 @click.option("--listen", envvar="CORRAL_DASHBOARD_LISTEN", default=DEFAULT_LISTEN,
               metavar="HOST:PORT", help=f"where the page is served [default: {DEFAULT_LISTEN}, "
               "loopback only] (env CORRAL_DASHBOARD_LISTEN)")
+@click.option("--allow-host", "allow_host", multiple=True, metavar="NAME",
+              help="a host name browsers may use for this dashboard, repeatable (a TLS proxy's "
+              "name, this host's name); the --listen address (and localhost on loopback) is "
+              "always allowed; any other Host is refused (DNS rebinding)")
 @click.option("--token-file", envvar="CORRAL_DASHBOARD_TOKEN_FILE", metavar="FILE",
               help="enable actions: the operator token is this file's first line (at least 8 "
               "characters); without it the page is read-only [default: none] "
@@ -124,11 +129,19 @@ def load(argv: Sequence[str] | None = None) -> DashboardConfig:
 def _checked(a: dict[str, Any]) -> DashboardConfig:
     """The parsed options as a `DashboardConfig`, after the checks click cannot make."""
     for name in ("timeout", "events_every", "status_every"):
-        if not a[name] > 0:
-            raise ConfigError(name, f"--{name.replace('_', '-')} must be above 0")
+        if not 0 < a[name] <= 3600:
+            raise ConfigError(name, f"--{name.replace('_', '-')} must be above 0 and at most "
+                                    "3600")
     if not 0 < a["listing_budget"] <= 1:
         raise ConfigError("listing_budget", "--listing-budget must be above 0 and at most 1")
     host, port = parse_listen(a["listen"])
+    for name in a["allow_host"]:
+        if not name or len(name) > 253 or any(c in name for c in " /:@[]") or \
+                not name.isprintable():
+            raise ConfigError("allow_host", f"--allow-host {name!r} is not a host name")
+    if host in ("0.0.0.0", "::", "") and not a["allow_host"]:
+        raise ConfigError("allow_host", f"--listen {a['listen']} answers on every address: "
+                          "give --allow-host NAME for each name browsers will use")
     curve = None
     server_key, secret_key = a["curve_server_key"], a["curve_secret_key"]
     if server_key or secret_key:
@@ -139,4 +152,5 @@ def _checked(a: dict[str, Any]) -> DashboardConfig:
     follow = FollowConfig(events_every=a["events_every"], status_every=a["status_every"],
                           budget=a["listing_budget"])
     return DashboardConfig(parse_endpoints(a["control"]), host, port, curve, token, a["timeout"],
-                           a["log_level"], a["log_json"], follow)
+                           a["log_level"], a["log_json"], follow,
+                           auth.Hosts.of(host, a["allow_host"]))

@@ -11,21 +11,28 @@
 - ``GET /api/events``: the events seen, newest first (``kind``, ``q``, ``worker``, ``before``,
   ``limit``);
 - ``POST /api/actions/{drain,undrain,query}``: an action, with the token header (auth.py);
-  ``POST /api/auth``: 204 when the token header is right, 403 otherwise.
+  ``POST /api/auth``: 204 when the token header is right, 403 otherwise (429 while the
+  client's last wrong token is less than a second old).
 
-Bad parameters get a 400 with one sentence; nothing a browser sends can stop the server.
+A request naming a host that is not allowed gets a 421 (auth.Hosts: DNS rebinding); bad
+parameters a 400 with one sentence; a static file that is not the page's a 404. Nothing a
+browser sends can stop the server, and aiohttp's own complaints (a request line too long, a
+malformed request) are one JSON log line each, never a traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from corral.cli import logs
 from corral.client import ControlFailed, Unreachable
@@ -54,7 +61,35 @@ ACTIONS = {"drain": True, "undrain": True, "query": False}  # verb -> takes a wo
 FOLLOWER = web.AppKey("follower", Follower)
 HUB = web.AppKey("hub", stream.Hub)
 TOKEN = web.AppKey("token", str)
+HOSTS = web.AppKey("hosts", auth.Hosts)
+THROTTLE = web.AppKey("throttle", auth.Throttle)
+# The page's own files, by name: nothing else is looked up on disk.
+FILES = {p.name: p for p in STATIC.iterdir() if p.is_file()}
 log = logs.get("dashboard.web")
+
+
+class OneLine(logging.Handler):
+    """aiohttp's own log records (a request it could not parse, an error in a handler) as one
+    structured line each: what happened and the exception's sentence, no traceback."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        fields: dict[str, Any] = {"logger": record.name}
+        level = "error" if record.levelno >= logging.ERROR else "warning"
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None:
+            fields["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            if isinstance(exc, HttpProcessingError):  # the client's fault: not our error
+                level = "warning"
+        getattr(log, level)(" ".join(record.getMessage().split())[:300], **fields)
+
+
+def quiet_aiohttp() -> None:
+    """Route aiohttp's loggers through `OneLine` (they print tracebacks to stderr else)."""
+    for name in ("aiohttp.server", "aiohttp.web", "aiohttp.internal", "aiohttp.access"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [OneLine()]
+        logger.propagate = False
+        logger.setLevel(logging.WARNING)
 
 
 class BadRequest(ValueError):
@@ -86,10 +121,16 @@ def _error(status: int, message: str) -> web.Response:
 async def guard(request: web.Request,
                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                 ) -> web.StreamResponse:
-    """Security headers on every answer; bad input becomes a 400, an unreachable supervisor a
-    503, a refused request a 409, never a crash."""
+    """Security headers on every answer; a host not allowed gets a 421, bad input a 400, an
+    unreachable supervisor a 503, a refused request a 409, never a crash."""
     try:
-        resp = await handler(request)
+        if not request.app[HOSTS].allows(request.headers.get("Host")):
+            log.warning("request for a host not allowed", host=request.headers.get("Host",
+                        "")[:200], peer=request.remote, path=request.path[:200])
+            resp = _error(421, "this dashboard does not answer for that host name (start it "
+                          "with --allow-host NAME to allow one)")
+        else:
+            resp = await handler(request)
     except BadRequest as exc:
         resp = _error(400, str(exc))
     except Unreachable as exc:
@@ -103,6 +144,14 @@ async def guard(request: web.Request,
 
 async def index(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+async def static(request: web.Request) -> web.StreamResponse:
+    """One of the page's files; any other name is a 404 (never a path on disk)."""
+    path = FILES.get(request.match_info["name"])
+    if path is None:
+        return _error(404, "no such file")
+    return web.FileResponse(path)
 
 
 def _snapshot(app: web.Application) -> dict[str, Any]:
@@ -155,8 +204,8 @@ async def worker(request: web.Request) -> web.Response:
     row = f.fleet.rows.get(wid)
     if row is None:
         return _error(404, f"no worker {wid!r}")
-    tasks = await f.call("tasks", {"worker": wid, "limit": _int(request, "limit", 200, 1,
-                                                                      MAX_PAGE)})
+    tasks = _walled(f, await f.call("tasks", {"worker": wid, "limit": _int(
+        request, "limit", 200, 1, MAX_PAGE)}))
     return web.json_response({"worker": row, "tasks": tasks["tasks"], "more": tasks["next"],
                               "events": f.log.query(worker=wid, limit=50),
                               "now_ms": round(f.wall_ms())})
@@ -169,7 +218,19 @@ async def tasks(request: web.Request) -> web.Response:
             args[name] = request.query[name]
     if _flag(request, "pending"):
         args["pending"] = True
-    return web.json_response(await request.app[FOLLOWER].call("tasks", args))
+    f = request.app[FOLLOWER]
+    return web.json_response(_walled(f, await f.call("tasks", args)))
+
+
+def _walled(f: Follower, page: dict[str, Any]) -> dict[str, Any]:
+    """A tasks page with each last error's time on the dashboard's wall clock (``at_ms``):
+    the supervisor's ``t`` is on its own monotonic clock, ``now`` the same clock's reading."""
+    now, wall = page.get("now"), f.wall_ms()
+    for t in page["tasks"]:
+        e = t.get("last_error")
+        if e and isinstance(now, int | float):
+            e["at_ms"] = round(wall - 1000.0 * (now - e["t"]))
+    return page
 
 
 async def events(request: web.Request) -> web.Response:
@@ -181,17 +242,35 @@ async def events(request: web.Request) -> web.Response:
     return web.json_response({"events": found, "newest": f.log.n})
 
 
+def _refusal(request: web.Request, what: str) -> web.Response | None:
+    """None when the request may act; else its answer: 429 while the client's last wrong
+    token is under `auth.GUESS_EVERY_S` old (the token is not even checked), 403 otherwise.
+    Every refused token is logged with the client's address."""
+    app, peer = request.app, request.remote or "?"
+    throttle, now = app[THROTTLE], time.monotonic()
+    wait = throttle.wait(peer, now)
+    if wait > 0 and auth.presented(request.headers):
+        return web.json_response({"error": f"too many wrong tokens: try again in {wait:.1f} s"},
+                                 status=429, headers={"Retry-After": str(int(wait) + 1)})
+    why = auth.check(request.headers, app[TOKEN] or None, app[HOSTS])
+    if why is None:
+        return None
+    if why == "wrong token":
+        throttle.refused(peer, now)
+    log.warning("refused", what=what, peer=peer, reason=why)
+    return _error(403, why)
+
+
 async def check_auth(request: web.Request) -> web.Response:
-    why = auth.check(request.headers, request.app[TOKEN] or None, request.host)
-    return _error(403, why) if why else web.Response(status=204)
+    refused = _refusal(request, "unlock")
+    return refused if refused is not None else web.Response(status=204)
 
 
 async def action(request: web.Request) -> web.Response:
     verb = request.match_info["verb"]
-    why = auth.check(request.headers, request.app[TOKEN] or None, request.host)
-    if why:
-        log.warning("action refused", action=verb, peer=request.remote, reason=why)
-        return _error(403, why)
+    refused = _refusal(request, f"action {verb[:40]}")
+    if refused is not None:
+        return refused
     if verb not in ACTIONS:
         return _error(404, f"no action {verb!r}; actions: {', '.join(ACTIONS)}")
     args: dict[str, Any] = {}
@@ -212,11 +291,13 @@ async def action(request: web.Request) -> web.Response:
     return web.json_response({"ok": True, "result": result})
 
 
-def make_app(follower: Follower, hub: stream.Hub, token: str | None) -> web.Application:
+def make_app(follower: Follower, hub: stream.Hub, token: str | None,
+             hosts: auth.Hosts) -> web.Application:
     app = web.Application(middlewares=[guard], client_max_size=64 * 1024)
     app[FOLLOWER], app[HUB], app[TOKEN] = follower, hub, token or ""
+    app[HOSTS], app[THROTTLE] = hosts, auth.Throttle()
     app.router.add_get("/", index)
-    app.router.add_static("/static", STATIC)
+    app.router.add_get("/static/{name}", static)
     app.router.add_get("/api/stream", events_stream)
     app.router.add_get("/api/state", state)
     app.router.add_get("/api/workers", workers)
@@ -244,6 +325,7 @@ def serve(cfg: DashboardConfig, sock: socket.socket, client: ControlClient) -> N
     follower = Follower(client, hub, cfg.follow)
     host, port = sock.getsockname()[:2]
     log.info("dashboard serving", url=f"http://{host}:{port}/", control=",".join(cfg.control),
-             actions=cfg.token is not None)
-    web.run_app(make_app(follower, hub, cfg.token), sock=sock, shutdown_timeout=1.0,
+             actions=cfg.token is not None, hosts=sorted(cfg.hosts.names))
+    quiet_aiohttp()
+    web.run_app(make_app(follower, hub, cfg.token, cfg.hosts), sock=sock, shutdown_timeout=1.0,
                 print=None, access_log=None)

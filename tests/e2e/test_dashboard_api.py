@@ -4,6 +4,7 @@ sockets): its API, its stream, its command line, and how it rides out a supervis
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import time
 import urllib.request
@@ -15,7 +16,7 @@ import pytest
 from ..support import wait_until
 from .dealers import FakeWorker, Fleet
 from .procs import BIN, Procs, Supervisor
-from .test_dashboard_support import Dashboard
+from .test_dashboard_support import TOKEN, Dashboard
 
 pytestmark = pytest.mark.e2e
 
@@ -147,3 +148,54 @@ def test_usage_errors_are_one_line_and_a_taken_port_is_exit_1(procs: Procs) -> N
     # A supervisor that never answers: the dashboard serves, and says so.
     state = taken.get("/api/state")
     assert state["conn"]["ok"] is False
+
+
+def _raw(port: int, request: bytes) -> tuple[int, bytes]:
+    """Send ``request`` as it is (a forged Host, an oversized line); the status and body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+def _req(method: str, path: str, host: str, *headers: str, body: bytes = b"") -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "Connection: close",
+             f"Content-Length: {len(body)}", *headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def test_the_dashboard_refuses_what_a_hostile_page_or_client_sends(procs: Procs) -> None:
+    """Issue 28: an unknown static name is a 404 (not a 500 and a traceback); aiohttp's own
+    errors are one JSON line; a Host that is not allowed (DNS rebinding) reads nothing, and a
+    forged Host with a matching Origin and the token acts on nothing; wrong tokens are logged
+    and slowed to one a second per client."""
+    dash = Dashboard(procs, "tcp://127.0.0.1:1")
+    port, tok = dash.port, f"X-Corral-Token: {TOKEN}"
+    assert _raw(port, _req("GET", "/static/" + "a" * 256, "127.0.0.1"))[0] == 404
+    assert _raw(port, _req("GET", "/static/..%2Fweb.py", "127.0.0.1"))[0] == 404
+    assert _raw(port, _req("GET", "/static/app.js", "127.0.0.1"))[0] == 200
+    assert _raw(port, _req("GET", "/api/state", "localhost:1234"))[0] == 200
+    code, body = _raw(port, _req("GET", "/api/state", f"rebound.example:{port}"))
+    assert code == 421 and b"--allow-host" in body
+    evil = f"evil.example:{port}"
+    assert _raw(port, _req("POST", "/api/actions/query", evil, tok,
+                           f"Origin: http://{evil}"))[0] == 421
+    assert _raw(port, _req("POST", "/api/actions/query", "127.0.0.1", tok,
+                           f"Origin: http://{evil}"))[0] == 403
+    assert _raw(port, _req("POST", "/api/auth", "127.0.0.1", "X-Corral-Token: guess-1"))[0] == 403
+    code, body = _raw(port, _req("POST", "/api/auth", "127.0.0.1", "X-Corral-Token: guess-2"))
+    assert code == 429 and b"try again" in body  # the next guess waits a second
+    assert _raw(port, _req("GET", "/" + "x" * 9000, "127.0.0.1"))[0] in (400, 414)
+    assert dash.proc.alive()
+    wait_until(lambda: "LineTooLong" in dash.proc.output(), what="the long line logged")
+    out = dash.proc.output()
+    assert "Traceback" not in out
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert len(lines) == len(out.strip().splitlines()), out  # every line is one JSON object
+    refused = [e for e in lines if e["event"] == "refused"]
+    assert [e["reason"] for e in refused] == [
+        f"cross-origin request from http://{evil}", "wrong token"]
+    assert all(e["peer"] == "127.0.0.1" for e in refused)

@@ -111,3 +111,39 @@ def test_why_a_task_fails_is_where_people_look(procs: Procs) -> None:
     write_json(tasks, [{"id": "broken"}])  # mended: the error goes
     wait_until(lambda: json.loads(ctl(sup, "-o", "json", "status").stdout
                                   )["source_error"] is None, what="the mended list")
+
+
+def test_corralctl_writes_for_people_and_scripts(procs: Procs) -> None:
+    """Tables aligned in terminal cells, values never a Python repr, nothing a terminal would
+    obey, JSON objects as objects, and a failure in the exit status (issues 32 and 28)."""
+    tasks = procs.tmp / "tasks.json"
+    write_json(tasks, [{"id": "工人-任务", "spec": {"url": "rtsp://cam-1"}}, {"id": "room-1"}])
+    sup = Supervisor(procs, f"file:{tasks}")
+    procs.start("w1", [str(BIN / "corral-worker"), "run", "--supervisor", sup.endpoint,
+                       "--id", "w1", "--handler", "log", "--report-interval", "0.3"])
+    wait_until(lambda: sup.ctl("status")["tasks_assigned"] == 2, what="both tasks placed")
+    rows = {t["task"]: t for t in json.loads(ctl(sup, "-o", "json", "tasks").stdout)["tasks"]}
+    assert rows["工人-任务"]["spec"] == {"url": "rtsp://cam-1"} and rows["room-1"]["spec"] is None
+    lines = ctl(sup, "assignments").stdout.splitlines()[1:]
+    columns = {display_col(line, "w1") for line in lines[1:]}
+    assert len(columns) == 1 and display_col(lines[0], "WORKERS") in columns, lines
+    counters = ctl(sup, "counters").stdout
+    assert re.search(r"^impostor_reports +0$", counters, re.M), counters
+    events = ctl(sup, "events").stdout
+    assert "{'" not in events and "join" in events and events.splitlines()[-1].startswith(
+        "cursor ")
+    route = ctl(sup, "route", "room-1")  # w1 serves no requests: a request would fail
+    assert route.returncode == 1 and route.stdout.splitlines()[-1].startswith("fails: ")
+    sneaky = ctl(sup, "drain", "\x1b[2Jx\u202e")
+    assert sneaky.returncode == 1 and "\x1b" not in sneaky.stderr and "\u202e" not in sneaky.stderr
+    assert "\\x1b[2Jx\\u202e" in sneaky.stderr
+    bad = ctl(sup, "--timeout", "-1", "status")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "--timeout" in bad.stderr
+
+
+def display_col(line: str, word: str) -> int:
+    """The terminal column at which ``word`` starts in ``line``."""
+    from wcwidth import wcswidth
+
+    return int(wcswidth(line[:line.index(word)]))

@@ -131,8 +131,9 @@ def test_token_file_must_be_readable_and_long_enough(tmp_path: Path) -> None:
         auth.load_token(str(short))
     with pytest.raises(ConfigError, match="cannot read"):
         auth.load_token(str(tmp_path / "missing"))
-    assert auth.check({"Authorization": "Bearer correct-horse"}, "correct-horse", "h:1") is None
-    assert auth.check({"Cookie": "token=correct-horse"}, "correct-horse", "h:1") is not None
+    hosts = auth.Hosts.of("h", ())
+    assert auth.check({"Authorization": "Bearer correct-horse"}, "correct-horse", hosts) is None
+    assert auth.check({"Cookie": "token=correct-horse"}, "correct-horse", hosts) is not None
 
 
 @pytest.mark.parametrize(("argv", "message"), [
