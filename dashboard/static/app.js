@@ -178,14 +178,23 @@
         `${by.inactive || 0} inactive · ${by.drained || 0} drained`,
         by.inactive ? "warn" : "ok"),
       card("Tasks", (st.tasks_total ?? 0).toLocaleString("en"),
-        `${(st.tasks_assigned ?? 0).toLocaleString("en")} assigned · ${st.tasks_failing || 0} failing`),
+        `${(st.tasks_assigned ?? 0).toLocaleString("en")} assigned · ${st.tasks_failing || 0} failing` +
+        (st.source_error ? ` · task list refused ${Views.age(1000 * st.source_error.since_s)}` : ""),
+        st.tasks_failing || st.source_error ? "warn" : ""),
       card("Pending", (st.tasks_pending ?? 0).toLocaleString("en"), "tasks short of replicas",
         st.tasks_pending ? "warn" : "ok"),
       card("Utilization", Views.pct(sm.mean), `mean · range ${Views.pct(sm.min)}–${Views.pct(sm.max)}`),
+      // Its colour is the supervisor's balance criterion, not the ratio: at a low load one
+      // task more is a big ratio (1 of 20 against a mean of 3 %: 1.7×) and the best there is.
       card("Spread max÷mean", `${(sm.spread_ratio || 1).toFixed(2)}×`,
-        `max − min ${Math.round(100 * (sm.spread_diff || 0))} pt`,
-        (sm.spread_ratio || 1) > 1.25 ? "warn" : ""),
-      card("Movement", `${moves} /min`, `${st.handoffs || 0} hand-offs · ${st.balanced ? "balanced" : "balancing"}`));
+        `max − min ${Math.floor(100 * (sm.spread_diff || 0) + 0.5)} pt · ${balanceText(st)}`,
+        st.balanced === false ? "warn" : st.balanced ? "ok" : ""),
+      card("Movement", `${moves} /min`, `${st.handoffs || 0} hand-offs · ${st.rebalancing ? "rebalancing" : "settled"}`));
+  }
+  function balanceText(st) {
+    if (st.warmup) return "warming up";
+    if (st.balanced === true) return "balanced";
+    return st.balanced === false ? `not balanced: ${st.moves_planned} move(s) planned` : "–";
   }
 
   function renderCharts() {
@@ -325,7 +334,7 @@
     let d;
     try { d = await getJSON(`/api/tasks?${q}`); }
     catch (e) { $("#task-more").textContent = e.message; return; }
-    const rows = d.tasks.map(Views.taskRow);
+    const rows = d.tasks.map(t => Views.taskRow(t, now()));
     if (more) $("#tasks tbody").append(...rows); else $("#tasks tbody").replaceChildren(...rows);
     taskAfter = d.next;
     $("#task-more").replaceChildren(d.next ? h("button", { class: "link", onclick: () => searchTasks(true) }, "more ›") : "");

@@ -20,7 +20,8 @@ const Views = (() => {
     return el;
   }
 
-  const pct = u => `${Math.round(100 * (u || 0))}%`;
+  // Whole percents, halves rounded up: corralctl rounds the same way (1/40 is 3 % on both).
+  const pct = u => `${Math.floor(100 * (u || 0) + 0.5)}%`;
   const num = v => (Math.round((v || 0) * 100) / 100).toLocaleString("en");
   const tokenText = t => (t === undefined || t === null) ? "-"
     : `${Math.floor(t / 4194304)} / ${t % 4194304}`;  // epoch << 22 | grant
@@ -38,13 +39,24 @@ const Views = (() => {
     return d.toTimeString().slice(0, 8);
   }
 
-  // Utilization colour: how far from the fleet mean (the balance is what corral is about).
+  // Utilization colour: how far from the fleet mean (the balance is what corral is about),
+  // in the worker's own steps: one task moves it by 1 / max_load, so a worker within one task
+  // of the mean is as balanced as it can be, at any load (1 of 20 against a mean of 3 %).
   function distanceClass(row, mean) {
     if (!row.active || row.state === "inactive") return "off";
     const d = (row.utilization || 0) - (mean || 0);
-    if (Math.abs(d) <= 0.05) return "near";
-    if (d > 0.2) return "far";
+    const step = Math.max(0.05, row.max_load ? 1 / row.max_load : 0);
+    if (Math.abs(d) <= step + 1e-9) return "near";
+    if (d > Math.max(0.2, 2 * step)) return "far";
     return d > 0 ? "above" : "below";
+  }
+
+  // A zone whole: each level may wrap after its "/", none is cut off.
+  function zoneCell(zone) {
+    if (!zone) return h("td", { class: "zone" }, "–");
+    const parts = zone.split("/");
+    return h("td", { class: "zone", title: zone },
+      parts.flatMap((p, i) => i < parts.length - 1 ? [p + "/", h("wbr", {})] : [p]));
   }
 
   function stateText(row) {
@@ -70,7 +82,7 @@ const Views = (() => {
     return h("tr", { "data-worker": row.id, "data-state": st, onclick: () => ctx.open(row.id) },
       h("td", { title: row.id + note }, row.id, note),
       h("td", {}, h("span", { class: `state ${st.replace(" ", "_")}` }, st)),
-      h("td", { title: row.zone || "" }, row.zone || "–"),
+      zoneCell(row.zone),
       h("td", { class: "util", title: `utilization ${pct(row.utilization)}; fleet mean ${pct(ctx.mean)}` },
         h("div", { class: "bar" }, h("span", { class: cls, style: { width: `${width}%` } }),
           h("em", {}, pct(row.max_load ? row.running / row.max_load : 0)))),
@@ -131,12 +143,21 @@ const Views = (() => {
     return t.owners.map(o => `${o} · ${tokenText(t.tokens[o])}`).join(",  ");
   }
 
-  function taskRow(t) {
+  // A task's last failure: on which worker, how long ago, and why (what its log said).
+  function lastError(e, now) {
+    if (!e) return "";
+    const when = e.at_ms !== undefined ? ` · ${age(now - e.at_ms)} ago` : "";
+    return `${e.worker}${when}: ${e.error}`;
+  }
+
+  function taskRow(t, now) {
+    const err = lastError(t.last_error, now);
     return h("tr", { "data-task": t.task },
       h("td", { title: t.task }, t.task), h("td", { class: "num" }, num(t.cost)),
       h("td", { title: owners(t) }, owners(t)), h("td", {}, t.missing || ""),
-      h("td", { title: t.pending_reason || "" }, t.pending_reason || ""),
-      h("td", {}, t.handoff_from || ""), h("td", {}, (t.failing_on || []).join(", ")));
+      h("td", { class: "wrap", title: t.pending_reason || "" }, t.pending_reason || ""),
+      h("td", {}, t.handoff_from || ""), h("td", {}, (t.failing_on || []).join(", ")),
+      h("td", { class: err ? "error" : "", title: err }, err));
   }
 
   function facts(dl, pairs) {
@@ -144,5 +165,5 @@ const Views = (() => {
   }
 
   return { h, pct, num, age, clock, tokenText, workerRow, eventItem, eventText, taskRow,
-           owners, facts, stateText };
+           owners, facts, stateText, lastError };
 })();

@@ -6,7 +6,9 @@ Each test saves screenshots (see test_dashboard_support.SHOTS) as its artifacts.
 
 from __future__ import annotations
 
+import re
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +20,7 @@ from corral.client import Unreachable
 from ..etcd_server import Etcd
 from ..support import wait_until
 from .fleetprocs import start_worker
-from .procs import Procs, Supervisor
+from .procs import BIN, Procs, Supervisor
 from .test_dashboard_support import (
     TOKEN,
     Dashboard,
@@ -228,3 +230,54 @@ def test_ha_leader_kill_the_page_follows_the_new_leader(procs: Procs, etcd: Etcd
                    what="the page shows the new leader within the failover + 2 s")
         assert driver.execute_script("return window.notReloaded") is True
         screenshot(driver, "dashboard-ha-after")
+
+
+FAILS_IF_BROKEN = "sh -c 'case \"$0\" in broken) exit 3;; *) exec sleep 1000;; esac' {task}"
+
+
+def test_a_low_load_fleet_reads_true_and_a_failing_task_says_why(procs: Procs) -> None:
+    """Issue 32, as a person sees it: a zone shown whole (its host level too); a fleet at a
+    few percent that is as balanced as it can be is not painted red; 1 task of 40 reads 3 %
+    on the page as in corralctl; a failing task's last error, its worker and when."""
+    from selenium.webdriver.common.by import By
+
+    tasks = procs.tmp / "tasks.txt"
+    tasks.write_text("ok-1\nok-2\nbroken\n")
+    sup = Supervisor(procs, f"file:{tasks}", expect_workers=2, max_failures=1)
+    zones = {"wide": ("eu-1/rack-7/host-3", 40), "small": ("eu-2/rack-1/host-9", 20)}
+    for wid, (zone, cap) in zones.items():
+        start_worker(procs, sup, wid, cap, "--zone", zone, "--handler", "exec", "--exec",
+                     FAILS_IF_BROKEN, "--stop-grace", "0.5")
+
+    def settled() -> bool:
+        rows = {w["id"]: w for w in sup.query("workers")["workers"]}
+        return {w: rows[w]["running"] for w in zones if w in rows} == {"wide": 1, "small": 1} \
+            and sup.query("tasks", task="broken")["tasks"][0]["missing"] == 1
+    wait_until(settled, timeout=40, what="ok-1 and ok-2 on a worker each, broken pending")
+    dash = Dashboard(procs, sup.control)
+    with browser() as driver:
+        driver.get(dash.url)
+        wait_until(lambda: utilizations(driver) == {"small": "5%", "wide": "3%"},
+                   what="1 of 40 as 3 %, 1 of 20 as 5 %")
+        cli = subprocess.run([str(BIN / "corralctl"), "--control", sup.control, "workers"],
+                             capture_output=True, text=True, timeout=60).stdout
+        assert re.search(r"^wide .* 1/40 +3% ", cli, re.M), cli  # one rounding everywhere
+        zone = driver.execute_script(
+            "const td = document.querySelector('#fleet tr[data-worker=\"wide\"] td.zone');"
+            "return [td.innerText.replace(/\\s/g, ''), td.scrollWidth <= td.clientWidth]")
+        assert zone == ["eu-1/rack-7/host-3", True]  # whole, nothing cut off
+        wait_until(lambda: "balanced" in _text(driver, '[data-card="Spread max÷mean"] .s'),
+                   what="the spread card says balanced")
+        spread = driver.find_element(By.CSS_SELECTOR, '[data-card="Spread max÷mean"]')
+        assert "warn" not in spread.get_attribute("class")  # 1.33× here, and nothing to move
+        bars = driver.execute_script("return [...document.querySelectorAll("
+                                     "'#fleet tbody .bar span')].map(s => s.className)")
+        assert set(bars) == {"near"}, bars  # within one task of the mean, at 3 % as at 90 %
+        screenshot(driver, "dashboard-low-load")
+        driver.find_element(By.CSS_SELECTOR, '#tabs button[data-tab="tasks"]').click()
+        wait_until(lambda: "exited with status 3" in _text(driver, '#tasks tr[data-task="broken"]'),
+                   what="broken's last error in the Tasks tab")
+        cell = _text(driver, '#tasks tr[data-task="broken"] td.error')
+        assert re.fullmatch(r"(wide|small) · [\d.]+ (s|min \d+ s) ago: exited with status 3",
+                            cell), cell
+        screenshot(driver, "dashboard-last-error")
