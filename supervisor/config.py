@@ -6,6 +6,7 @@ beats the default. `load` raises `ConfigError` (the CLI prints it and exits 2).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,8 +20,13 @@ from corral.common.errors import ConfigError
 from corral.common.placement import LEAST_UTILIZED, STRATEGIES
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("bind", "endpoint", "tcp://0.0.0.0:7760", "where workers connect (ZeroMQ endpoint)"),
-    Setting("control", "endpoint", "tcp://127.0.0.1:7761", "where corralctl connects"),
+    Setting("bind", "endpoint", "tcp://127.0.0.1:7760", "where workers connect (ZeroMQ "
+            "endpoint); an address other hosts reach needs --authorized-keys or --insecure"),
+    Setting("control", "endpoint", "tcp://127.0.0.1:7761", "where corralctl connects; an "
+            "address other hosts reach needs --control-keys or --insecure"),
+    Setting("insecure", "bool", False, "allow --bind or --control on an address other hosts "
+            "reach without Curve keys (anyone who reaches it may report as any worker, or "
+            "drain and stop: logged at start)"),
     Setting(
         "tasks", "str", "",
         "task source: file:PATH (lines, JSON or TOML; re-read when it changes), cmd:COMMAND, "
@@ -94,8 +100,9 @@ SETTINGS: tuple[Setting, ...] = (
 
 @dataclass(frozen=True)
 class SupervisorConfig:
-    bind: str = "tcp://0.0.0.0:7760"
+    bind: str = "tcp://127.0.0.1:7760"
     control: str = "tcp://127.0.0.1:7761"
+    insecure: bool = False
     tasks: str = ""
     replicas: int = 1
     strategy: str = LEAST_UTILIZED
@@ -129,6 +136,17 @@ class SupervisorConfig:
     log_level: str = "info"
     log_json: bool | None = None
     notes: tuple[str, ...] = ()  # what `load` changed and why, for the log at start
+
+    def exposed(self) -> list[str]:
+        """What an endpoint on an address other hosts reach, without Curve, lets anyone who
+        reaches it do (empty when nothing is exposed)."""
+        out = []
+        if not local(self.bind) and not self.authorized_keys:
+            out.append(f"{self.bind}: anyone who reaches it may report as any worker")
+        if not local(self.control) and not self.control_keys:
+            out.append(f"{self.control}: anyone who reaches it may drain workers, change "
+                       "what runs and stop the supervisor")
+        return out
 
     @property
     def renew_every(self) -> float:
@@ -178,4 +196,28 @@ def load(
                      "--expect-workers still ends it as soon as that many have reported")
         values["warmup"] = floor
     values["notes"] = tuple(notes)
-    return SupervisorConfig(**values)
+    cfg = SupervisorConfig(**values)
+    exposed = cfg.exposed()
+    if exposed and not cfg.insecure:
+        key = "bind" if not local(cfg.bind) and not cfg.authorized_keys else "control"
+        raise ConfigError(key, f"{exposed[0]}; protect it with Curve keys "
+                          f"(--{'authorized' if key == 'bind' else 'control'}-keys), bind it "
+                          "to loopback, or accept that with --insecure")
+    return cfg
+
+
+def local(endpoint: str) -> bool:
+    """Whether only this host can reach ``endpoint``: a loopback address, ipc:// or inproc://.
+
+    >>> local("tcp://127.0.0.1:7760"), local("tcp://[::1]:7760"), local("tcp://0.0.0.0:7760")
+    (True, True, False)
+    """
+    if not endpoint.startswith("tcp://"):
+        return True
+    host = endpoint[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name or an interface: other hosts may reach it
+        return False

@@ -159,6 +159,9 @@ class Daemon:
             if self.config.ha:
                 self.election = self._elect()
             cfg = self.config
+            for exposed in cfg.exposed():  # only with --insecure (config.load refuses else)
+                self.log.warning("listening without Curve on an address other hosts reach "
+                                 "(--insecure)", exposes=exposed)
             self.log.info("supervisor listening", bind=cfg.bind, control=cfg.control,
                           epoch=self.core.life.epoch, tasks=str(self.source),
                           warmup_s=cfg.warmup, lease_s=cfg.lease, metrics=cfg.metrics or None)

@@ -27,6 +27,11 @@ EXE = str(Path(sys.executable).parent / "corral-supervisor")
         (["--tasks", "file:x", "--max-failures", "-3"], "max_failures: must be from 1"),
         (["--tasks", "file:x", "--replicas", "1.5"], "replicas: expected an integer"),
         (["--tasks", "file:x", "--bind", "localhost:7760"], "bind: expected a ZeroMQ endpoint"),
+        (["--tasks", "file:x", "--bind", "tcp://0.0.0.0:7760"], "bind: tcp://0.0.0.0:7760: "
+         "anyone who reaches it may report as any worker; protect it with Curve keys "
+         "(--authorized-keys), bind it to loopback, or accept that with --insecure"),
+        (["--tasks", "file:x", "--control", "tcp://eth0:7761"], "control: tcp://eth0:7761: "
+         "anyone who reaches it may drain workers"),
         (["--tasks", "file:x", "--metrics", "9464"], "metrics: expected HOST:PORT"),
         (["--tasks", "nonsense"], "tasks: expected file:PATH"),
         (["--tasks", "python:only_module"], "tasks: expected python:module:function"),

@@ -73,3 +73,19 @@ def test_a_warm_up_shorter_than_the_workers_report_interval_is_raised_and_says_w
     assert cfg.warmup == 5.0  # half the default 10 s lease is the larger
     cfg = config.load({"tasks": "file:t", "warmup": 9.0}, {}, None)
     assert cfg.warmup == 9.0 and cfg.notes == ()
+
+
+def test_endpoints_bind_loopback_unless_told_otherwise() -> None:
+    """Issue 28: the README's by-hand commands bound the unauthenticated worker endpoint on
+    every interface. Loopback by default; elsewhere Curve keys or --insecure, which the
+    daemon logs (`exposed`)."""
+    cfg = config.load({"tasks": "file:x"}, {}, None)
+    assert (cfg.bind, cfg.control, cfg.exposed()) == ("tcp://127.0.0.1:7760",
+                                                      "tcp://127.0.0.1:7761", [])
+    cfg = config.load({"tasks": "file:x", "bind": "tcp://0.0.0.0:7760", "insecure": True}, {},
+                      None)
+    assert cfg.exposed() == ["tcp://0.0.0.0:7760: anyone who reaches it may report as any "
+                             "worker"]
+    cfg = config.load({"tasks": "file:x", "bind": "tcp://10.0.0.5:7760",
+                       "curve_secret_key": "s", "authorized_keys": "d"}, {}, None)
+    assert cfg.exposed() == []
