@@ -123,6 +123,7 @@ async def guard(request: web.Request,
                 ) -> web.StreamResponse:
     """Security headers on every answer; a host not allowed gets a 421, bad input a 400, an
     unreachable supervisor a 503, a refused request a 409, never a crash."""
+    resp: web.StreamResponse
     try:
         if not request.app[HOSTS].allows(request.headers.get("Host")):
             log.warning("request for a host not allowed", host=request.headers.get("Host",

@@ -242,7 +242,7 @@ class SupervisorCore:
                    else "task source returned no tasks; keeping the last list (--allow-empty "
                    "lets an empty list remove every task)")
             self.effects.log("error", why)
-            self.book.refuse(ev.error if tasks is None else why, now)
+            self.book.refuse(ev.error or why, now)
             if life.phase is Phase.QUERYING:
                 self.wheel.schedule_timeout(QUERY_RETRY, now + self.config.query_retry)
             return

@@ -8,11 +8,15 @@ import json
 import re
 import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
 
+from corral.common.wire import codec
+from corral.common.wire.protocol import Status
 from corral.worker.events import StartTask, TaskFailed
 from corral.worker.handlers import StartError, TaskContext
 from corral.worker.process import ExecRunner
@@ -134,9 +138,20 @@ def test_corralctl_writes_for_people_and_scripts(procs: Procs) -> None:
         "cursor ")
     route = ctl(sup, "route", "room-1")  # w1 serves no requests: a request would fail
     assert route.returncode == 1 and route.stdout.splitlines()[-1].startswith("fails: ")
-    sneaky = ctl(sup, "drain", "\x1b[2Jx\u202e")
-    assert sneaky.returncode == 1 and "\x1b" not in sneaky.stderr and "\u202e" not in sneaky.stderr
-    assert "\\x1b[2Jx\\u202e" in sneaky.stderr
+    # A peer picks its own connection's routing id, which `workers` shows as its ADDRESS: a
+    # captured ESC[2J must show as text, not clear the screen.
+    ctx = zmq.Context()
+    peer = ctx.socket(zmq.DEALER)
+    try:
+        peer.setsockopt(zmq.IDENTITY, b"\x1b[2Jx\xe2\x80\xae@1")
+        peer.linger = 0
+        peer.connect(sup.endpoint)
+        peer.send(codec.encode(Status("sneaky", 1, 1, time.monotonic(), 10, {})))
+        out = wait_until(lambda: "sneaky" in (r := ctl(sup, "workers")).stdout and r.stdout)
+    finally:
+        peer.close(0)
+        ctx.term()
+    assert "\x1b" not in out and "\u202e" not in out and "\\x1b[2Jx\\u202e@1" in out, out
     bad = ctl(sup, "--timeout", "-1", "status")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "--timeout" in bad.stderr
