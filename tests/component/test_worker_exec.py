@@ -14,7 +14,7 @@ import pytest
 
 from corral.common.wire.protocol import make_token
 from corral.worker.events import TaskFailed, TaskStopped
-from corral.worker.handlers import TaskContext
+from corral.worker.handlers import StartError, TaskContext
 from corral.worker.process import ExecRunner
 
 from ..support import wait_until
@@ -116,7 +116,7 @@ def test_task_ids_are_one_argument_never_shell_text(
 
 def test_a_command_that_cannot_start_raises(runner_for: type[ExecRunner]) -> None:
     runner = runner_for("/nonexistent/recorder --room {task}")
-    with pytest.raises(OSError):
+    with pytest.raises(StartError, match="^cannot run '/nonexistent/recorder': "):
         runner.start(TaskContext("a"))
     assert runner.tasks() == []
 
