@@ -1,6 +1,7 @@
 """The corral demo: a supervisor and three workers on loopback, 35 tasks, one worker killed,
-and the dashboard following it all (its URL is printed; --keep leaves everything running
-until Ctrl-C, to look at the page).
+and the dashboard following it all. Its URL is printed; run from a terminal, the demo then
+keeps everything up until Enter is pressed, so the page can be looked at (--keep: until
+Ctrl-C); with no terminal (CI, a pipe) it stops at once and says so.
 
 Run by scripts/demo. Everything it starts is stopped (by pid) when it ends, also on Ctrl-C.
 """
@@ -8,6 +9,7 @@ Run by scripts/demo. Everything it starts is stopped (by pid) when it ends, also
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import sys
@@ -63,7 +65,10 @@ def main() -> int:
         for name, cap in WORKERS.items():
             c.start_worker(name, max_load=cap, report_interval=REPORT)
         url = start_dashboard(c)
-        say(f"dashboard: {url}  (actions token: demo-token-please-change)\n")
+        interactive = sys.stdin.isatty()
+        until = ("until Ctrl-C" if args.keep else "until you press Enter at the end"
+                 if interactive else "while the demo runs (scripts/demo --keep keeps it up)")
+        say(f"dashboard: {url}  (actions token: demo-token-please-change), up {until}\n")
         wait_until(lambda: len(c.running(names)) == len(TASKS), timeout=60)
         wait_until(lambda: sum(w["running"] for w in c.ctl("workers")["workers"]) == len(TASKS),
                    timeout=30)
@@ -84,12 +89,19 @@ def main() -> int:
                                if w["active"]) == len(TASKS), timeout=30)
         say("$ corralctl workers")
         say(c.ctl("workers", json_out=False))
-        say("$ corralctl status")
+        say("$ corralctl status          # corralctl status --help says what each field means")
         say(c.ctl("status", json_out=False))
         if args.keep:
             say(f"\nstill running: the dashboard at {url}; Ctrl-C stops everything")
             while True:
                 time.sleep(3600)
+        if interactive:
+            say(f"\nstill running: the dashboard at {url}; press Enter to stop everything")
+            with contextlib.suppress(EOFError):
+                input()
+        else:
+            say(f"\nno terminal to wait on: stopping now (scripts/demo --keep keeps the "
+                f"dashboard at {url} up until Ctrl-C)")
         return 0
     finally:
         c.close()
