@@ -63,12 +63,13 @@ class Proc:
     (SIGKILL) after ``grace``; `kill` ends the process at once. Its children (exec tasks, a
     lease keeper) are its group's, so `stop` never leaves them behind."""
 
-    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
         self.args = args
         self.log = log
         self._fh = open(log, "ab")  # noqa: SIM115 (closed in stop and kill)
         self.popen = subprocess.Popen(args, stdout=self._fh, stderr=subprocess.STDOUT,
-                                      env={**os.environ, **(env or {})},
+                                      env={**os.environ, **(env or {})}, cwd=cwd,
                                       start_new_session=True)
         self.pid = self.popen.pid
 
