@@ -58,7 +58,10 @@ class Failures:
     def check(self, rec: WorkerRecord, now: float) -> None:
         """``rec`` reports failing tasks: those at the limit move off it."""
         moved = False
+        failing = rec.status.failures
         for task, (at, text) in rec.status.last_errors.items():
+            if task not in failing:  # only what the report's checked failures map names
+                continue
             t = min(at + rec.clock_offset, now)  # its clock to ours, never in the future
             kept = self.last.pop(task, None)
             self.last[task] = kept if kept is not None and kept.t >= t else \

@@ -116,7 +116,7 @@ def test_task_ids_are_one_argument_never_shell_text(
 
 def test_a_command_that_cannot_start_raises(runner_for: type[ExecRunner]) -> None:
     runner = runner_for("/nonexistent/recorder --room {task}")
-    with pytest.raises(StartError, match="^cannot run '/nonexistent/recorder': "):
+    with pytest.raises(StartError, match=r"^cannot run '/nonexistent/recorder': "):
         runner.start(TaskContext("a"))
     assert runner.tasks() == []
 
