@@ -87,3 +87,16 @@ def test_the_installed_command_runs() -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["min"] == json.loads(out.stdout)["max"] == 3
+
+
+def test_a_broken_install_of_the_dashboard_is_one_line() -> None:
+    """Should aiohttp be missing all the same: one line naming it, not a traceback."""
+    code = ("import sys; sys.modules['aiohttp'] = None\n"
+            "from corral.dashboard.cli import main\n"
+            "main(['--listen', '127.0.0.1:1'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "corral-dashboard: cannot start: the module 'aiohttp' is missing (aiohttp comes with "
+        "corral: pip install --force-reinstall corral)"]

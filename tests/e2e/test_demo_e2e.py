@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .procs import wait_until
+from ..support import wait_until
 
 pytestmark = pytest.mark.e2e
 

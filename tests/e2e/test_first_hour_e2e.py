@@ -22,7 +22,8 @@ from corral.worker.handlers import StartError, TaskContext
 from corral.worker.process import ExecRunner
 from corral.worker.runner import TaskExecutor
 
-from .procs import BIN, Procs, Supervisor, free_port, wait_until, write_json
+from ..support import free_port, wait_until
+from .procs import BIN, Procs, Supervisor, write_json
 
 pytestmark = pytest.mark.e2e
 
