@@ -31,7 +31,7 @@ SUP = str(BIN / "corral-supervisor")
 
 
 def run_sup(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([SUP, "run", "--state-file", str(tmp / "epoch"), "--warmup", "0",
+    return subprocess.run([SUP, "run", "--state-file", str(tmp / "epoch"),
                            *args], capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)
 
