@@ -151,6 +151,10 @@ class Roster:
             ql = q.lower()
             rows = (r for r in rows if ql in r["id"].lower())
         picked = sorted(rows, key=_sort_key(sort), reverse=desc)
+        # The live workers first, whatever the order: silent ones (a flood of made-up ids, a
+        # dead rack) never push the fleet off the first page.
+        picked = ([r for r in picked if r.get("active", True)]
+                  + [r for r in picked if not r.get("active", True)])
         return {"rows": picked[offset:offset + limit], "total": len(picked), "offset": offset,
                 "limit": limit}
 

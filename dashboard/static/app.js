@@ -178,9 +178,10 @@
         `${by.inactive || 0} inactive · ${by.drained || 0} drained`,
         by.inactive ? "warn" : "ok"),
       card("Tasks", (st.tasks_total ?? 0).toLocaleString("en"),
+        `${(st.tasks_running ?? 0).toLocaleString("en")} running · ` +
         `${(st.tasks_assigned ?? 0).toLocaleString("en")} assigned · ${st.tasks_failing || 0} failing` +
         (st.source_error ? ` · task list refused ${Views.age(1000 * st.source_error.since_s)}` : ""),
-        st.tasks_failing || st.source_error ? "warn" : ""),
+        st.tasks_failing || st.source_error || st.tasks_running < st.tasks_assigned ? "warn" : ""),
       card("Pending", (st.tasks_pending ?? 0).toLocaleString("en"), "tasks short of replicas",
         st.tasks_pending ? "warn" : "ok"),
       card("Utilization", Views.pct(sm.mean), `mean · range ${Views.pct(sm.min)}–${Views.pct(sm.max)}`),

@@ -138,9 +138,22 @@ const Views = (() => {
       h("span", { class: "what", title: eventText(e) }, eventText(e)));
   }
 
+  // Each owner with its token, and what it does with the task when that is not running yet
+  // (assigned is not running: starting, or failing in restart backoff).
   function owners(t) {
     if (!t.owners.length) return "–";
-    return t.owners.map(o => `${o} · ${tokenText(t.tokens[o])}`).join(",  ");
+    const states = t.states || {};
+    return t.owners.map(o => {
+      const s = states[o];
+      return `${o} · ${tokenText(t.tokens[o])}` + (s && s !== "running" ? ` (${s})` : "");
+    }).join(",  ");
+  }
+
+  // Where a task fails, and the workers it is kept off with why (failing, not started).
+  function keptOff(t) {
+    const off = Object.entries(t.excluded || {}).map(([w, why]) => `${w}: ${why}`);
+    const failing = (t.failing_on || []).filter(w => !(w in (t.excluded || {})));
+    return [...failing, ...off].join(", ");
   }
 
   // A task's last failure: on which worker, how long ago, and why (what its log said).
@@ -156,7 +169,7 @@ const Views = (() => {
       h("td", { title: t.task }, t.task), h("td", { class: "num" }, num(t.cost)),
       h("td", { title: owners(t) }, owners(t)), h("td", {}, t.missing || ""),
       h("td", { class: "wrap", title: t.pending_reason || "" }, t.pending_reason || ""),
-      h("td", {}, t.handoff_from || ""), h("td", {}, (t.failing_on || []).join(", ")),
+      h("td", {}, t.handoff_from || ""), h("td", { class: "wrap", title: keptOff(t) }, keptOff(t)),
       h("td", { class: err ? "error" : "", title: err }, err));
   }
 

@@ -74,6 +74,11 @@ def test_api_pages_filters_drills_down_and_refuses_bad_input(
     assert all(t["owners"] == ["fw-03"] and t["tokens"]["fw-03"] > 0 for t in drill["tasks"])
     tasks = dash.get("/api/tasks?task=job-00&limit=20")
     assert [t["task"] for t in tasks["tasks"]] == [f"job-00{i}" for i in range(10)]
+    # Assigned is not running: each owner's state, and the count of tasks that run.
+    assert all(set(t["states"].values()) <= {"running", "starting", "failing"}
+               for t in tasks["tasks"])
+    wait_until(lambda: (s := dash.get("/api/state")["status"] or {}).get("tasks_running")
+               == s.get("tasks_assigned"), what="every assigned task reported running")
     assert dash.get("/api/events?kind=join&limit=500")["events"][0]["kind"] == "join"
     for bad in ("/api/workers?limit=x", "/api/workers?offset=-1", "/api/events?before=zz",
                 "/api/workers?limit=100000"):

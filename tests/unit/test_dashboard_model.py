@@ -64,6 +64,18 @@ def test_pages_are_filtered_sorted_and_cut_on_the_server() -> None:
     assert f.page(state="inactive")["total"] == 0
 
 
+def test_live_workers_come_first_in_every_order() -> None:
+    """A flood of made-up ids that went silent, or a dead rack, never pushes the live fleet off
+    the first page."""
+    f = Roster()
+    f.replace([row(f"ghost-{i:04d}", state="inactive") for i in range(500)]
+              + [row(f"w{i}", running=i) for i in range(5)], wall_ms=0)
+    for sort in ("id", "utilization", "state", "zone", "age"):
+        for desc in (False, True):
+            first = [r["id"] for r in f.page(sort=sort, desc=desc, limit=5)["rows"]]
+            assert sorted(first) == [f"w{i}" for i in range(5)], (sort, desc, first)
+
+
 def test_event_log_numbers_times_filters_and_pages_backwards() -> None:
     log = EventLog(capacity=5)
     log.add([{"seq": i, "t": float(i), "kind": "join", "worker": f"w{i}"} for i in range(1, 8)],
