@@ -177,8 +177,9 @@
       card("Workers alive", `${(st.workers_active ?? sm.alive ?? 0).toLocaleString("en")} / ${(st.workers_total ?? sm.total ?? 0).toLocaleString("en")}`,
         `${by.inactive || 0} inactive · ${by.drained || 0} drained`,
         by.inactive ? "warn" : "ok"),
-      card("Tasks", (st.tasks_total ?? 0).toLocaleString("en"),
-        `${(st.tasks_running ?? 0).toLocaleString("en")} running · ` +
+      // Assigned is not running: the value is what runs, the total beside it.
+      card("Tasks running", `${(st.tasks_running ?? 0).toLocaleString("en")} / ` +
+        (st.tasks_total ?? 0).toLocaleString("en"),
         `${(st.tasks_assigned ?? 0).toLocaleString("en")} assigned · ${st.tasks_failing || 0} failing` +
         (st.source_error ? ` · task list refused ${Views.age(1000 * st.source_error.since_s)}` : ""),
         st.tasks_failing || st.source_error || st.tasks_running < st.tasks_assigned ? "warn" : ""),
