@@ -20,6 +20,10 @@ from typing import ClassVar
 
 from .picker import Picker
 
+# A queued entry is a ticket, ``generation * _STRIDE + slot``: a slot's tickets never repeat.
+_STRIDE = 1 << 32
+_MASK = _STRIDE - 1
+
 
 class LeastLoaded(Picker):
     """Round robin among the eligible slots with the least load, load = active + recent errors.
@@ -29,6 +33,13 @@ class LeastLoaded(Picker):
     ``_min``; a slot whose load drops (a release, an error that expires) is appended to its new
     level and so waits behind the others there: round robin among the least loaded. Loads
     move by one at a time, so each of these is O(1).
+
+    Each queued entry is a *ticket*, ``generation * _STRIDE + slot``, and ``_ticket[i]`` is
+    slot i's latest one: live while it is queued. Queueing a slot anew (its load moved, it
+    became eligible again) issues a new ticket, so whatever it left behind is stale and skipped
+    when popped: a slot is queued at most once, at the back, however often its health flapped.
+    (Entries judged live by their level alone came back to life when a slot returned to it:
+    after 2,000 flaps one backend of five held 2,000 places in the queue.)
 
     A picked slot is *not* queued at its new level: in use, the least load rarely runs out —
     releases keep bringing slots down to it — and queueing every picked slot one level up
@@ -40,22 +51,20 @@ class LeastLoaded(Picker):
     eligible slot far below the rest (a backend that just recovered): a scan per pick until it
     catches up.
 
-    ``_level[i]`` is slot i's load if it is eligible, and its load − `_OFF` (below every
-    queue) if not. An entry in queue L is live while its slot's level is L; the entry a slot
-    leaves behind when its level changes is skipped when popped. Entries appended above the
-    least load may go stale before any pick reaches them, so every queue is compacted after
-    each `_budget_size` such appends: memory O(n), work amortized O(1).
+    Entries appended above the least load may go stale before any pick reaches them, so every
+    queue is compacted after each `_budget_size` such appends: memory O(n), work amortized
+    O(1).
     """
 
     name = "llrr"
     count_errors: ClassVar[bool] = True
-    _OFF = 1 << 40  # far more than any load
 
     def __init__(self, n: int, rng: random.Random) -> None:
         super().__init__(n, rng)
-        self._level = [0] * n
-        # Queues reach at least two levels above any slot's level (see `_rise`, `_enqueue`).
-        self._queues: list[deque[int]] = [deque(range(n)), deque(), deque()]
+        self._load = [0] * n  # active, plus recent errors when they count
+        self._ticket = list(range(n))  # slot k's tickets: k, then k + _STRIDE, ... (unique)
+        # Queues reach at least two levels above any slot's load (see `_rise`, `_enqueue`).
+        self._queues: list[deque[int]] = [deque(self._ticket), deque(), deque()]
         self._min = 0  # never above the least load of an eligible slot
         self._pool = dict.fromkeys(range(n))  # the eligible slots
         self._rises = 0
@@ -66,22 +75,25 @@ class LeastLoaded(Picker):
     def pick(self) -> int:
         low = self._min
         queue = self._queues[low]
-        level = self._level
+        ticket = self._ticket
         while queue:
-            i = queue.popleft()
-            if level[i] == low:
+            e = queue.popleft()
+            i = e & _MASK
+            if ticket[i] == e:  # a popped ticket is in no queue: no need to clear it
                 self.active[i] += 1
-                level[i] = low + 1
+                self._load[i] = low + 1
                 return i
         return self._rise()
 
     def release(self, i: int) -> None:
         self.active[i] -= 1
-        level = self._level
-        low = level[i] - 1
-        level[i] = low
-        if low >= 0:  # eligible
-            self._queues[low].append(i)
+        low = self._load[i] - 1
+        self._load[i] = low
+        if self.eligible[i]:
+            ticket = self._ticket
+            e = ticket[i] + _STRIDE
+            ticket[i] = e
+            self._queues[low].append(e)
             if low <= self._min:
                 self._min = low
             else:  # above the least load: it may go stale before any pick gets there
@@ -95,26 +107,35 @@ class LeastLoaded(Picker):
         pool = self._pool
         if not pool:
             return -1
-        level, queues = self._level, self._queues
-        low = min([level[i] for i in pool])
+        load, queues, ticket = self._load, self._queues, self._ticket
+        low = min([load[i] for i in pool])
         while len(queues) < low + 3:
             queues.append(deque())
         slots = list(pool)
         turn = self._rises % len(slots)  # so that no slot always comes first
         self._rises += 1
-        waiting = [i for i in queues[low] if level[i] == low]
-        fresh = [i for i in slots[turn:] + slots[:turn] if level[i] == low]
-        queues[low] = deque(dict.fromkeys(waiting + fresh))
+        waiting = [e for e in queues[low] if ticket[e & _MASK] == e]
+        queued = {e & _MASK for e in waiting}
+        queues[low] = deque(waiting)
+        for i in slots[turn:] + slots[:turn]:
+            if load[i] == low and i not in queued:
+                self._push(i, low)
         self._min = low
         return self.pick()  # finds one now
 
+    def _push(self, i: int, low: int) -> None:
+        """A new ticket for slot i at the back of queue ``low``; its old one goes stale."""
+        e = self._ticket[i] + _STRIDE
+        self._ticket[i] = e
+        self._queues[low].append(e)
+
     def _enqueue(self, i: int) -> None:
-        """Queue eligible slot i at its level (its load moved, or it became eligible)."""
-        low = self._level[i]
+        """Queue eligible slot i at its load (its load moved, or it became eligible)."""
+        low = self._load[i]
         queues = self._queues
         while len(queues) < low + 3:
             queues.append(deque())
-        queues[low].append(i)
+        self._push(i, low)
         if low < self._min:
             self._min = low
         self._budget -= 1
@@ -122,14 +143,14 @@ class LeastLoaded(Picker):
             self._compact()
 
     def _compact(self) -> None:
-        """Drop every stale or repeated entry, keeping each live slot's earliest place."""
-        level, queues = self._level, self._queues
+        """Drop every stale entry (each slot keeps its one live ticket, in its place)."""
+        ticket, queues = self._ticket, self._queues
         for low, queue in enumerate(queues):
-            queues[low] = deque(dict.fromkeys([i for i in queue if level[i] == low]))
+            queues[low] = deque([e for e in queue if ticket[e & _MASK] == e])
         self._budget = self._budget_size
 
     def _move(self, i: int, delta: int) -> None:
-        self._level[i] += delta
+        self._load[i] += delta
         if self.eligible[i]:
             self._enqueue(i)
 
@@ -153,11 +174,10 @@ class LeastLoaded(Picker):
         super().set_eligible(i, ok)
         if ok:
             self._pool[i] = None
-            self._level[i] += self._OFF
             self._enqueue(i)
         else:
             del self._pool[i]
-            self._level[i] -= self._OFF  # its queued entries go stale
+            self._ticket[i] += _STRIDE  # its queued entry goes stale
 
 
 class NaiveLeastLoaded(LeastLoaded):
