@@ -10,9 +10,12 @@ workers that have every label it requires; a replica that fits on none of them s
 (`pending` says why).
 
 Coverage before redundancy holds also when the capacity is already taken: a pending task
-that fits nowhere takes the place of a replica of a task that has at least two more owners
-than it (`_preempt`); the displaced replica becomes pending. So with replicas 2 and too little
-room, new tasks get their first replica by displacing second ones.
+with no owner at all that fits nowhere takes the place of a redundant replica, one of a task
+that has at least two owners (`_preempt`); the displaced replica becomes pending. So with
+replicas 2 and too little room, new tasks get their first replica by displacing second ones.
+A replica that runs is stopped only so: when that raises coverage (one more task runs at
+all), never to trade one task's redundancy for another's (a third replica stopped to give
+another task its second: one more stop and start, no more tasks running).
 
 From round 1 on, when workers have zones, a task's next replica goes to the worker with the
 lowest load key among those giving it the best spread (`zones.Chooser`), so replicas land in
@@ -186,41 +189,39 @@ def _place_group(book: Ledger, strategy: str, group: list[str], cost: float, nee
 
 
 def _preempt(book: Ledger, diff: Diff) -> bool:
-    """Give pending tasks the places of replicas of tasks with at least two more owners.
+    """Give pending tasks without any owner the places of redundant replicas.
 
-    Fewest owners first; within that, by cost (biggest first) and id. Each goes to the worker
-    whose utilization is lowest after the swap, displacing the replica of the task with the
-    most owners there. Nothing happens (and nothing is scanned) unless some pending task has
-    at least two owners fewer than the most any task may want.
+    By cost (biggest first), then id. Each goes to the worker whose utilization is lowest
+    after the swap, displacing the replica of the task with the most owners there (at least
+    two). Nothing happens (and nothing is scanned) unless some task may want two replicas and
+    some pending task has no owner.
     """
-    owners_of, cost = book.owners, book.cost
+    cost = book.cost
     most = max(book.replicas, max(book.want.values(), default=0))
-    if most < 2:  # nobody has two owners more than anyone: no scan of the pending tasks
+    if most < 2 or not book.bare:  # nothing redundant to displace, or nothing uncovered
         return False
-    short = [t for t in book.pending if len(owners_of[t]) + 2 <= most]
-    if not short:
-        return False
-    groups: dict[tuple[int, float, Labels], list[str]] = {}
-    for t in short:
-        groups.setdefault((len(owners_of[t]), cost[t], book.need_of(t)), []).append(t)
+    owners_of = book.owners
+    groups: dict[tuple[float, Labels], list[str]] = {}
+    for t in book.pending:
+        if not owners_of[t]:
+            groups.setdefault((cost[t], book.need_of(t)), []).append(t)
     displaced = False
-    for k, c, need in sorted(groups, key=lambda g: (g[0], -g[1], sorted(g[2]))):
-        tasks = sorted(t for t in groups[(k, c, need)] if len(owners_of[t]) == k)
-        displaced |= _swap_in(book, tasks, k, c, need, diff)
+    for c, need in sorted(groups, key=lambda g: (-g[0], sorted(g[1]))):
+        tasks = sorted(t for t in groups[(c, need)] if not owners_of[t])
+        displaced |= _swap_in(book, tasks, c, need, diff)
     return displaced
 
 
-def _swap_in(book: Ledger, tasks: list[str], k: int, c: float, need: Labels,
-             diff: Diff) -> bool:
+def _swap_in(book: Ledger, tasks: list[str], c: float, need: Labels, diff: Diff) -> bool:
     owners_of, cost, cap, load, rank = book.owners, book.cost, book.cap, book.load, book.rank
     Slot = tuple[float, float, str, str, str]
 
     def slot(w: str) -> Slot | None:
-        """w's best replica for a task with k owners to displace (the most redundant), keyed
-        by w's utilization after the swap."""
+        """w's best replica to displace (the most redundant), keyed by w's utilization after
+        the swap."""
         room = cap[w] - load[w]
         vs = [u for u in book.tasks_of[w]
-              if len(owners_of[u]) >= k + 2 and room + cost[u] >= c - EPS]
+              if len(owners_of[u]) >= 2 and room + cost[u] >= c - EPS]
         if not vs:
             return None
         u = min(vs, key=lambda u: (-len(owners_of[u]), -cost[u], u))
@@ -235,7 +236,7 @@ def _swap_in(book: Ledger, tasks: list[str], k: int, c: float, need: Labels,
         while heap:
             entry = heapq.heappop(heap)
             w, u = entry[3], entry[4]
-            if u not in book.tasks_of[w] or len(owners_of[u]) < k + 2:
+            if u not in book.tasks_of[w] or len(owners_of[u]) < 2:
                 fresh = slot(w)  # stale: u left w or is no longer redundant enough
                 if fresh:
                     heapq.heappush(heap, fresh)

@@ -60,8 +60,8 @@ def _reason(book: Ledger, task: str, room: dict[tuple[Labels, float], list[str]]
 
 def placeable(book: Ledger) -> bool:
     """Would `place` change anything: does some pending replica fit on a worker that may take
-    it, or take the place of a replica of a task with two more owners (coverage before
-    redundancy)? Cheap when nothing is pending."""
+    it, or may a task without any owner take the place of a redundant replica (coverage
+    before redundancy)? Cheap when nothing is pending."""
     cap, load, owners_of, for_need = book.cap, book.load, book.owners, book.opens.for_need
     room: dict[tuple[Labels, float], list[str]] = {}
     most = max(book.replicas, max(book.want.values(), default=0))
@@ -74,10 +74,9 @@ def placeable(book: Ledger) -> bool:
         owners, ex = owners_of[task], book.excluded.get(task, {})
         if any(w not in owners and w not in ex for w in fits):
             return True
-        k = len(owners)
-        if k + 2 <= most and any(
-            w not in owners and w not in ex and any(
-                len(owners_of[u]) >= k + 2 and load[w] - book.cost[u] + cost <= cap[w] + EPS
+        if not owners and most >= 2 and any(
+            w not in ex and any(
+                len(owners_of[u]) >= 2 and load[w] - book.cost[u] + cost <= cap[w] + EPS
                 for u in book.tasks_of[w])
             for w in for_need(need) if cap[w] >= cost - EPS
         ):

@@ -24,7 +24,8 @@ would do.
 
 Rules every change keeps (tests/unit/test_placement*.py check them under hypothesis):
 
-* coverage before redundancy — every task gets its first replica before any gets a second;
+* coverage before redundancy — every task gets its first replica before any gets a second,
+  and a replica is stopped to make room only for a task that has none;
 * the replicas of one task are on distinct workers, in distinct zones when the live zones
   with room allow (else as evenly spread as they allow);
 * no worker is above its ``max_load`` (a capacity cut sheds tasks at once);

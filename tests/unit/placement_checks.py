@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Iterable
 
-from corral.common.placement import Mode, Placement
+from corral.common.placement import Diff, Mode, Placement
 from corral.common.placement.diff import Move
 
 EPS = 1e-6
@@ -190,17 +190,34 @@ def check_pending_fits_nowhere(p: Placement) -> None:
 
 
 def check_coverage(p: Placement) -> None:
-    """Coverage before redundancy: no pending task with k owners would fit in place of one
-    replica of a task that has at least k + 2."""
+    """Coverage before redundancy: no pending task without any owner would fit in place of a
+    replica of a task that has at least two."""
     for task in p.view.pending():
-        k, c = len(p.view.owners(task)), p.view.tasks[task]
+        if p.view.owners(task):
+            continue
+        c = p.view.tasks[task]
         for w in p.view.workers:
             if not may_take(p, task, w):
                 continue
             for u in p.view.tasks_of(w):
-                if len(p.view.owners(u)) >= k + 2:
+                if len(p.view.owners(u)) >= 2:
                     assert p.view.load(w) - p.view.tasks[u] + c > p.view.max_load(w) + EPS, \
-                        f"{task} ({k} owners) could displace {u} ({len(p.view.owners(u))}) on {w}"
+                        f"uncovered {task} could displace {u} ({len(p.view.owners(u))}) on {w}"
+
+
+def covered(p: Placement) -> int:
+    """Tasks with at least one owner."""
+    return sum(1 for t in p.view.tasks if p.view.owners(t))
+
+
+def check_stops_cover(p: Placement, diff: Diff, moves: Collection[Move], before: int) -> None:
+    """No survivor stop without coverage gain: beside moves (whose source stops once the new
+    owner runs it), a replica stops only to give a task without any owner its first, so the
+    stops are at most the tasks newly covered (``before``: the count before the change)."""
+    moved = {(m.source, m.task) for m in moves}
+    stops = [(w, t) for w, d in diff.workers.items() for t in d.remove if (w, t) not in moved]
+    assert len(stops) <= covered(p) - before, \
+        f"stops {stops} without coverage gain ({before} -> {covered(p)} tasks covered)"
 
 
 def check_once(moves: list[Move]) -> None:
@@ -221,7 +238,8 @@ def converge(p: Placement, tolerance: float, budget: int, pinned: Collection[str
     budget, one replica per task, pinned tasks untouched, no spread lowered, the diff says
     what the moves say (``light``: only the budget and the one replica per task, for big
     fleets)."""
-    p.place()
+    before = covered(p)
+    check_stops_cover(p, p.place(), (), before)
     moves: list[Move] = []
     while light:
         diff, ms = p.rebalance(tolerance, budget, pinned)
@@ -234,7 +252,9 @@ def converge(p: Placement, tolerance: float, budget: int, pinned: Collection[str
     while True:
         spreads = {t: task_spread(p, t) for t in p.view.tasks}
         pending = p.view.pending()
+        before = covered(p)
         diff, ms = p.rebalance(tolerance, budget, pinned)
+        check_stops_cover(p, diff, ms, before)
         assert len(ms) <= budget
         assert len({m.task for m in ms}) == len(ms), "two replicas of a task in one pass"
         assert not {m.task for m in ms} & set(pinned), "moved a pinned task"

@@ -21,7 +21,9 @@ from .placement_checks import (
     check_books,
     check_coverage,
     check_pending_fits_nowhere,
+    check_stops_cover,
     converge,
+    covered,
     is_open,
     profile,
 )
@@ -185,16 +187,20 @@ class PlacementMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.p.view.workers)
     @rule(i=workers)
     def leave_when_balanced(self, i: int) -> None:
-        """Stickiness on a leave: placing after it adds only the departed replicas (and moves
-        a surviving one only to give an uncovered task room); the convergence then moves
-        no replica twice and ends balanced."""
+        """Stickiness on a leave: placing after it adds only the departed replicas, and stops
+        a survivor's replica only when that raises coverage (a task without any owner gets
+        one in its place), never to trade one task's redundancy for another's; the
+        convergence then moves no replica twice, stops nothing without a coverage gain
+        either (`converge` checks every pass), and ends balanced."""
         for p, name in self.both():
             converge(p, self.tol, self.budget)
             w = name[f"w{i}"]
             before = {t: set(p.view.owners(t)) for t in p.view.tasks}
             departed = len(p.view.tasks_of(w))
             p.remove_worker(w)
+            bare = covered(p)
             diff = p.place()
+            check_stops_cover(p, diff, (), bare)
             preempted = sum(len(d.remove) for d in diff.workers.values())
             assert diff.moved() <= departed + preempted
             for t, owners in before.items():
