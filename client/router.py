@@ -79,7 +79,7 @@ class RouterConfig:
     control: str | tuple[str, ...] | list[str]
     policy: str = "wrr"  # rr | llrr | llrr-naive | wrr | p2c | random
     subset_size: int = 20  # call_any: workers this client uses (the chapter: 20 to 100)
-    subsetting: str = LOW_CHURN
+    subsetting: str = LOW_CHURN  # worker ids carry no stable index for steady: by name
     seed: int = 0  # shared by all clients of a service, so their subsets fit together
     client: int | None = None  # this client's index for subsetting; None: a random one
     timeout: float = 5.0  # per call, unless the call says otherwise

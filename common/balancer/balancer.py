@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from ..errors import CorralError
 from .backends import BackendEvent, BackendState, BackendTable, HealthConfig
 from .pickers import PICKERS, make_picker
-from .subsetting import ALGORITHMS, DEFAULT_LOT_SIZE, LOW_CHURN, subset
+from .subsetting import ALGORITHMS, DEFAULT_LOT_SIZE, STEADY, subset
 from .weights import LoadReport, WeightConfig, WeightTracker
 
 # Below any real time, so that the first one passes `_now <= now`; NaN and -inf fail it.
@@ -50,10 +50,11 @@ class BalancerConfig:
     """Everything a `Balancer` needs besides the backends and the client's index."""
 
     picker: str = "wrr"
-    subsetting: str = LOW_CHURN
+    subsetting: str = STEADY  # backends in index order (docs/balancer.md, "Subsetting")
     subset_size: int = 20  # the chapter: "typically 20 to 100"
     seed: int = 0  # shared by all clients of one service, so their subsets fit together
     lot_size: int = DEFAULT_LOT_SIZE
+    clients: int = 0  # steady: how many clients share the seed (indexes 0..clients-1); 0: unknown
     health: HealthConfig = field(default_factory=HealthConfig)
     weights: WeightConfig = field(default_factory=WeightConfig)
     latency_smoothing: float = 0.1  # weight of a new sample in the per-backend latency EWMA
@@ -65,6 +66,8 @@ class BalancerConfig:
             raise ValueError(f"unknown subsetting {self.subsetting!r}; use one of {ALGORITHMS}")
         if self.subset_size < 1:
             raise ValueError(f"subset_size must be at least 1, not {self.subset_size}")
+        if self.clients < 0:
+            raise ValueError(f"clients must be 0 (unknown) or more, not {self.clients}")
         if not 0 < self.latency_smoothing <= 1:
             raise ValueError("latency_smoothing must be in (0, 1]")
 
@@ -100,11 +103,13 @@ class Balancer:
     def __init__(
         self,
         config: BalancerConfig,
-        backends: Iterable[str],
+        backends: Iterable[str | None],
         client: int,
         clock: Callable[[], float] | None = None,
         rng: random.Random | None = None,
     ) -> None:
+        if config.clients and not 0 <= client < config.clients:
+            raise ValueError(f"client {client} is not an index below clients={config.clients}")
         self.config = config
         self.client = client
         self._clock = clock
@@ -125,14 +130,16 @@ class Balancer:
         """The backends this client uses, in slot order."""
         return list(self._table.names)
 
-    def _subset_of(self, backends: Iterable[str]) -> list[str]:
+    def _subset_of(self, backends: Iterable[str | None]) -> list[str]:
         listed = list(backends)
-        names = set(listed)
-        self._counters["duplicate_backends"] += len(listed) - len(names)
+        present = [b for b in listed if b is not None]
+        self._counters["duplicate_backends"] += len(present) - len(set(present))
         c = self.config
-        return subset(c.subsetting, names, self.client, c.subset_size, c.seed, c.lot_size)
+        # steady reads indexes from the order (None: an empty index); the others sort names.
+        return subset(c.subsetting, listed, self.client, c.subset_size, c.seed, c.lot_size,
+                      c.clients or None)
 
-    def set_backends(self, backends: Iterable[str]) -> None:
+    def set_backends(self, backends: Iterable[str | None]) -> None:
         """The service's backends changed: recompute the subset. Backends that stay keep their
         state, in-flight count, remembered errors, weights and statistics."""
         names = self._subset_of(backends)

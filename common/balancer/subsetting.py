@@ -12,13 +12,18 @@ and churn.
   rendezvous ring, client j starting at its van der Corput point: a near-even spread, churn
   the ideal plus about 1/(3K) per resize;
 * ``stable`` — low-churn with its starts placed within `STABLE_ARCS` arcs of the ring: less
-  churn over repeated resizes, a looser spread.
+  churn over repeated resizes, a looser spread;
+* ``steady`` (the default) — for backends with stable indexes (`corral.common.balancer.steady`):
+  connections within two of each other when the number of clients is known, resizes that move
+  little more than the least, at most one connection lost per client for a backend that comes
+  or goes (in fleets of two blocks or more).
 
 Every client gets min(K, B) distinct backends. Client indexes are non-negative and distinct,
-not necessarily contiguous. The backends' order as the caller lists them never matters (they
-are sorted or hashed), so clients that learnt them in different orders agree; a backend listed
-twice counts once. `assign` subsets many clients sharing the work, `subset` one;
-`connection_counts`, `churn` and `ideal_churn` measure the result.
+not necessarily contiguous. For all but ``steady`` the backends' order as the caller lists them
+never matters (they are sorted or hashed), so clients that learnt them in different orders
+agree; for ``steady`` the order is the backends' indexes (``None``: an empty index). A backend
+listed twice counts once. `assign` subsets many clients sharing the work, `subset` one;
+`connection_counts`, `churn`, `ideal_churn` and `max_loss` measure the result.
 
 Example (12 backends, K = 3, as in the chapter — every backend gets 2 or 3 of 10 clients)::
 
@@ -35,11 +40,14 @@ import random
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from .steady import SteadyRing
+
 RANDOM = "random"
 DETERMINISTIC = "deterministic"
 LOW_CHURN = "low-churn"
 STABLE = "stable"
-ALGORITHMS = (RANDOM, DETERMINISTIC, LOW_CHURN, STABLE)
+STEADY = "steady"
+ALGORITHMS = (RANDOM, DETERMINISTIC, LOW_CHURN, STABLE, STEADY)
 
 DEFAULT_LOT_SIZE = 64
 STABLE_ARCS = 3  # arcs per lot for `stable`: the fewest that keep repeated one-backend resizes
@@ -210,14 +218,21 @@ class LowChurnLots:
 
 def assign(
     algorithm: str,
-    backends: Iterable[str],
+    backends: Iterable[str | None],
     clients: Iterable[int],
     subset_size: int,
     seed: int = 0,
     lot_size: int = DEFAULT_LOT_SIZE,
+    population: int | None = None,
 ) -> dict[int, list[str]]:
-    """Every client's subset under ``algorithm`` (one of `ALGORITHMS`), sharing the work."""
-    names = sorted(set(backends))
+    """Every client's subset under ``algorithm`` (one of `ALGORITHMS`), sharing the work.
+    ``population``: for ``steady``, the number of clients (indexes 0..population−1), which
+    spreads them exactly evenly; the others ignore it."""
+    if algorithm == STEADY:
+        _check(subset_size)
+        ring = SteadyRing(backends, seed, population)
+        return {client: ring.subset(client, subset_size) for client in clients}
+    names = sorted({b for b in backends if b is not None})
     if algorithm == RANDOM:
         _check(subset_size)
         return {client: random_subset(names, client, subset_size, seed) for client in clients}
@@ -235,21 +250,22 @@ def assign(
 
 def subset(
     algorithm: str,
-    backends: Iterable[str],
+    backends: Iterable[str | None],
     client: int,
     subset_size: int,
     seed: int = 0,
     lot_size: int = DEFAULT_LOT_SIZE,
+    population: int | None = None,
 ) -> list[str]:
     """One client's subset under ``algorithm``."""
-    return assign(algorithm, backends, [client], subset_size, seed, lot_size)[client]
+    return assign(algorithm, backends, [client], subset_size, seed, lot_size, population)[client]
 
 
 def connection_counts(
-    subsets: Mapping[int, Sequence[str]], backends: Iterable[str]
+    subsets: Mapping[int, Sequence[str]], backends: Iterable[str | None]
 ) -> dict[str, int]:
     """Connections per backend (every backend listed, zero if no client chose it)."""
-    counts = dict.fromkeys(sorted(backends), 0)
+    counts = dict.fromkeys(sorted(b for b in backends if b is not None), 0)
     for chosen in subsets.values():
         for b in chosen:
             counts[b] += 1
@@ -264,6 +280,11 @@ def churn(before: Mapping[int, Sequence[str]], after: Mapping[int, Sequence[str]
         return 0.0
     lost = sum(len(set(s) - set(after.get(c, ()))) for c, s in before.items())
     return lost / total
+
+
+def max_loss(before: Mapping[int, Sequence[str]], after: Mapping[int, Sequence[str]]) -> int:
+    """The most connections any one client of ``before`` no longer has in ``after``."""
+    return max((len(set(s) - set(after.get(c, ()))) for c, s in before.items()), default=0)
 
 
 def ideal_churn(backends_before: int, backends_after: int) -> float:
