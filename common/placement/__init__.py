@@ -15,7 +15,8 @@ from .reconcile import Correction, correction, resolve_claims
 from .shapes import TaskShape
 from .verdicts import Assigned, Outlook
 from .view import PlacementView
+from .zones import PREFER, REQUIRE, SPREADS
 
-__all__ = ["LEAST_UTILIZED", "PROPORTIONAL", "STRATEGIES", "Assigned", "Correction", "Diff",
-           "Mode", "Move", "Outlook", "Placement", "PlacementView", "TaskShape", "WorkerDiff",
-           "correction", "resolve_claims"]
+__all__ = ["LEAST_UTILIZED", "PREFER", "PROPORTIONAL", "REQUIRE", "SPREADS", "STRATEGIES",
+           "Assigned", "Correction", "Diff", "Mode", "Move", "Outlook", "Placement",
+           "PlacementView", "TaskShape", "WorkerDiff", "correction", "resolve_claims"]

@@ -97,9 +97,10 @@ def link_many(book: Ledger, worker: str, tasks: list[str]) -> None:
 
 
 def plain(book: Ledger) -> bool:
-    """No task wants its own replica count, needs labels or excludes a worker; no zones; no
-    dry run: `link_fitting` may stand for `Placement.assign_many`'s checks."""
-    return not (book.want or book.need or book.excluded or book.topo.zoned
+    """No task wants its own replica count, needs labels or excludes a worker; no zones and
+    no required spread; no dry run: `link_fitting` may stand for `Placement.assign_many`'s
+    checks."""
+    return not (book.want or book.need or book.excluded or book.topo.zoned or book.strict
                 or book.journal is not None)
 
 

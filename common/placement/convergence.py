@@ -296,6 +296,8 @@ def _valid(book: Ledger, s: Step, starting: int = 0) -> bool | None:
     if (ex and t in ex) or (need and not need <= book.labels[t]):
         return None
     if s.source is None:
+        if book.clash(s.task, t):
+            return None
         return True if len(owners) + starting < book.want_of(s.task) else None
     if book.topo.zoned:
         path, key = book.path, book.topo.key

@@ -19,7 +19,8 @@ another task its second: one more stop and start, no more tasks running).
 
 From round 1 on, when workers have zones, a task's next replica goes to the worker with the
 lowest load key among those giving it the best spread (`zones.Chooser`), so replicas land in
-distinct zones whenever the live zones with room allow, else in the emptiest ones.
+distinct zones whenever the live zones with room allow, else in the emptiest ones — or, with
+zone spread required (`zones.REQUIRE`), nowhere: the replica stays pending.
 """
 
 from __future__ import annotations
@@ -150,11 +151,13 @@ def _place_group(book: Ledger, strategy: str, group: list[str], cost: float, nee
     workers = book.opens.for_need(need)
     if not workers:
         return
+    if r > 0 and book.strict and book.topo.first != 1:
+        return  # zone spread required, and every worker is in one zone: no second replica
     zones = None
     if r > 0 and book.topo.zoned:
         cap, load = book.cap, book.load
         room = [w for w in workers if cap[w] - load[w] >= cost - EPS]
-        zones = Chooser(book.topo, book.path, book.top_of, room)
+        zones = Chooser(book.topo, book.path, book.top_of, room, book.strict)
     level = book.levels.get(need)
     if level is None:
         level = book.levels[need] = WaterLevel()

@@ -38,12 +38,13 @@ class Ledger:
     __slots__ = (
         "_deg_dirty", "_deg_seen", "_degraded", "_interned", "bare", "cap", "cost", "costs",
         "crowded", "eligible", "excluded", "journal", "labels", "levels", "load", "need", "open",
-        "opens", "owners", "path", "paths", "pending", "rank", "replicas", "tasks_of", "top_of",
-        "topo", "version", "want",
+        "opens", "owners", "path", "paths", "pending", "rank", "replicas", "strict", "tasks_of",
+        "top_of", "topo", "version", "want",
     )
 
-    def __init__(self, replicas: int) -> None:
+    def __init__(self, replicas: int, strict: bool = False) -> None:
         self.replicas = replicas  # replicas a task wants unless its shape says otherwise
+        self.strict = strict  # zone spread required: never two owners of a task in one zone
         self.version = 0
         # workers
         self.cap: dict[str, float] = {}
@@ -115,6 +116,13 @@ class Ledger:
             return False
         need = self.need.get(task)
         return not need or need <= self.labels[worker]
+
+    def clash(self, task: str, worker: str) -> bool:
+        """Zone spread is required and another owner of the task is in the worker's zone."""
+        if not self.strict:
+            return False
+        zone, path = self.path[worker][0], self.path
+        return any(o != worker and path[o][0] == zone for o in self.owners[task])
 
     def degraded(self) -> dict[str, None]:
         """The zone-degraded tasks (see `zones`), recomputed only for what changed."""

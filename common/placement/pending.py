@@ -7,7 +7,10 @@ applies is the reason given, so an operator sees what to change:
 * ``needs 3 replicas, only 2 live workers (with gpu=true)`` — fewer candidates than replicas;
 * ``excluded from 4 of the 5 live workers (...)`` — exclusions (after repeated failures) leave
   too few;
-* ``no room for cost 2 on the 3 live workers (with gpu=true) that could take it`` — capacity.
+* ``needs 3 replicas in distinct zones, only 2 live zones (with gpu=true)`` — zone spread is
+  required and there are too few zones;
+* ``no room for cost 2 on the 3 live workers (with gpu=true) that could take it`` — capacity
+  (with zone spread required: on those in a zone without one of its replicas).
 
 Workers on hold (starting, draining, lame duck) are not live here: they take nothing new.
 """
@@ -49,11 +52,19 @@ def _reason(book: Ledger, task: str, room: dict[tuple[Labels, float], list[str]]
     if candidates is not None and len(candidates) + len(owners) < want:
         banned = sum(1 for w in live if w in ex)
         return f"excluded from {banned} of the {len(live)} live workers{with_labels}"
+    if book.strict:
+        zones = {book.path[w][0] for w in live}
+        if len(zones) < want:
+            return f"needs {want} replicas in distinct zones, only {len(zones)} live zones" \
+                   f"{with_labels}"
     fits = room.get((need, cost))
     if fits is None:
         fits = room[(need, cost)] = [w for w in live if load[w] + cost <= cap[w] + EPS]
     n = len(candidates) if candidates is not None else len(live) - len(owners)
-    if any(w not in owners and w not in ex for w in fits):
+    if book.strict:
+        pool = live if candidates is None else candidates
+        n = len([w for w in pool if w not in owners and not book.clash(task, w)])
+    if any(w not in owners and w not in ex and not book.clash(task, w) for w in fits):
         return "fits now: waiting for the next placement"
     return f"no room for cost {cost:g} on the {n} live workers{with_labels} that could take it"
 
@@ -72,7 +83,7 @@ def placeable(book: Ledger) -> bool:
             fits = room[(need, cost)] = [w for w in for_need(need)
                                          if load[w] + cost <= cap[w] + EPS]
         owners, ex = owners_of[task], book.excluded.get(task, {})
-        if any(w not in owners and w not in ex for w in fits):
+        if any(w not in owners and w not in ex and not book.clash(task, w) for w in fits):
             return True
         if not owners and most >= 2 and any(
             w not in ex and any(

@@ -27,7 +27,8 @@ Rules every change keeps (tests/unit/test_placement*.py check them under hypothe
 * coverage before redundancy — every task gets its first replica before any gets a second,
   and a replica is stopped to make room only for a task that has none;
 * the replicas of one task are on distinct workers, in distinct zones when the live zones
-  with room allow (else as evenly spread as they allow);
+  with room allow (else as evenly spread as they allow; with zone spread required, never two
+  in one zone — the rest stay pending);
 * no worker is above its ``max_load`` (a capacity cut sheds tasks at once);
 * a task runs only on workers with every label it requires (a hard constraint);
 * only eligible workers get anything new; `assign` records what a worker already runs and
@@ -56,7 +57,7 @@ from .shapes import NO_LABELS, Labels, TaskShape, describe
 from .strategies import EPS
 from .verdicts import Assigned, Outlook
 from .view import PlacementView
-from .zones import Topology, zone_path
+from .zones import PREFER, SPREADS, Topology, zone_path
 
 __all__ = ["LEAST_UTILIZED", "PROPORTIONAL", "STRATEGIES", "Assigned", "Mode", "Outlook",
            "Placement", "PlacementView", "TaskShape"]
@@ -77,13 +78,18 @@ def _shape(task: str, spec: Shape) -> tuple[float, int | None, Labels]:
 class Placement:
     """The desired assignment of task replicas to workers, changed one event at a time."""
 
-    def __init__(self, replicas: int = 1, strategy: str = LEAST_UTILIZED) -> None:
+    def __init__(self, replicas: int = 1, strategy: str = LEAST_UTILIZED,
+                 spread: str = PREFER) -> None:
         if replicas < 1:
             raise ValueError(f"replicas must be >= 1, got {replicas}")
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        if spread not in SPREADS:
+            raise ValueError(f"zone spread must be one of {', '.join(SPREADS)}, got {spread!r}")
         self.strategy = strategy
-        self.book = Ledger(replicas)  # the state; placement modules read it directly
+        self.spread = spread
+        # the state; placement modules read it directly
+        self.book = Ledger(replicas, strict=spread != PREFER)
         self.convergence = ConvergencePlan(strategy)  # the plan of the current convergence
         self._balanced: tuple[int, float, bool] | None = None
         self.view = PlacementView(self.book)  # what it says about its workers and tasks
@@ -245,6 +251,8 @@ class Placement:
             return Assigned.LABELS
         if b.load[worker] + b.cost[task] > b.cap[worker] + EPS:
             return Assigned.NO_ROOM
+        if b.strict and b.clash(task, worker):
+            return Assigned.ZONE
         return Assigned.OK
 
     def assign(self, task: str, worker: str) -> Assigned:
@@ -252,8 +260,9 @@ class Placement:
         worker already runs). Refused, with the reason, when the task or worker is unknown,
         the worker already owns it, the task has all its replicas, or the worker is excluded
         from it, lacks a label it requires or has no room for it. A worker on hold may be
-        given a task it already runs (it keeps what it runs). Zone spread is not checked:
-        reality may be crowded; rebalance passes repair it without stopping anything."""
+        given a task it already runs (it keeps what it runs). Zone spread is not checked —
+        reality may be crowded; rebalance passes repair it without stopping anything — unless
+        it is required: then a second replica in one zone is refused."""
         verdict = self.can_assign(task, worker)
         if verdict:
             self.book.link(task, worker)
@@ -282,7 +291,7 @@ class Placement:
             if wanted and not wanted <= labels:
                 continue
             c = cost[task]
-            if load + c > room:
+            if load + c > room or (b.strict and b.clash(task, worker)):
                 continue
             load += c
             take.append(task)

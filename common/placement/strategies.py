@@ -141,7 +141,8 @@ def water_fill(tasks: list[str], g: Group, level: WaterLevel | None = None) -> G
 
     With ``zones``, a task that already has owners goes to the lowest key among the workers
     giving it the best spread (`zones.Chooser`); when the goal turns out stale (the workers
-    that met it have filled up), the best spread among all workers with room wins."""
+    that met it have filled up), the best spread among all workers with room wins — unless
+    zone spread is required, and the replica then stays pending."""
     got: Got = {}
     if not tasks:
         return got
@@ -172,8 +173,8 @@ def water_fill(tasks: list[str], g: Group, level: WaterLevel | None = None) -> G
             else:
                 break
         else:
-            if not spread_out or zones is None or goal is None:
-                for item in skipped or ():
+            if not spread_out or zones is None or goal is None or zones.strict:
+                for item in (*(skipped or ()), *(spread_out or ())):
                     heappush(heap, item)
                 continue
             # The goal was stale: take the best spread there is, and learn where room is left.

@@ -18,6 +18,7 @@ class Assigned(Enum):
     EXCLUDED = "the task is excluded from the worker"
     LABELS = "the worker lacks a label the task requires"
     NO_ROOM = "the worker has no room for the task"
+    ZONE = "another replica of the task is in the worker's zone (zone spread is required)"
 
     def __bool__(self) -> bool:
         return self is Assigned.OK

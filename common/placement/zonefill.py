@@ -17,7 +17,7 @@ an owner-free domain gives the best spread there is — so it costs one look per
 skipping (workers that own the task or are excluded from it are skipped within the chosen
 domain, as in `water_fill`). A replica whose owners cover every domain with room (too few
 zones alive, or full) is placed on the worker with the best zone key, then the lowest load
-key, found by a scan: rare, and exact.
+key, found by a scan: rare, and exact — or, with zone spread required, stays pending.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ def water_fill_zoned(tasks: list[str], g: Group) -> Got:
         tops = {zones.top_of[o] for o in owners}
         if len(heaps) > len(tops) or any(d not in tops for d in heaps):
             dst = _best_free(heaps, tops, owners, banned)
+        elif zones.strict:  # zone spread required: no zone without an owner has room
+            dst = None
         else:
             dst = _best_spread(heaps, zones, owners, banned)
         if dst is None:

@@ -37,6 +37,13 @@ from dataclasses import dataclass
 Path = tuple[str, ...]
 NO_ZONE: Path = ("",)
 
+# Zone spread policies: `PREFER` spreads replicas over zones as far as the live ones allow;
+# `REQUIRE` never puts two replicas of a task in one zone — the first part of the zone path,
+# ``eu-1`` of ``eu-1/rack-7`` — and leaves the replicas beyond the live zones pending.
+PREFER = "prefer"
+REQUIRE = "require"
+SPREADS = (PREFER, REQUIRE)
+
 
 def zone_path(zone: str) -> Path:
     """``"eu-1/rack-7"`` -> ``("eu-1", "eu-1/rack-7")``; ``""`` -> the shared no-zone domain."""
@@ -179,13 +186,14 @@ class Chooser:
     workers that still have room.
     """
 
-    __slots__ = ("path", "room_paths", "room_tops", "top_of", "topo")
+    __slots__ = ("path", "room_paths", "room_tops", "strict", "top_of", "topo")
 
     def __init__(self, topo: Topology, path: Mapping[str, Path], top_of: Mapping[str, str],
-                 room: Iterable[str]) -> None:
+                 room: Iterable[str], strict: bool = False) -> None:
         self.topo = topo
         self.path = path
         self.top_of = top_of  # every worker's top domain (the ledger keeps it)
+        self.strict = strict  # REQUIRE (topo.first == 1): only a domain without an owner
         self.room_paths: set[Path] = set()
         self.room_tops: set[str] = set()
         self.refresh(room)
@@ -200,7 +208,7 @@ class Chooser:
     def goal(self, owners: Iterable[str]) -> Goal:
         paths = [self.path[o] for o in owners]
         tops = frozenset(self.top(o) for o in owners)
-        if not self.room_tops <= tops:
+        if self.strict or not self.room_tops <= tops:
             return Goal(tops, paths, None)
         key = self.topo.key
         return Goal(tops, paths, min((key(p, paths) for p in self.room_paths), default=None))

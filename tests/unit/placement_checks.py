@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Iterable
 
-from corral.common.placement import Diff, Mode, Placement
+from corral.common.placement import REQUIRE, Diff, Mode, Placement
 from corral.common.placement.diff import Move
 
 EPS = 1e-6
@@ -150,7 +150,9 @@ def check_balanced(p: Placement, tolerance: float, pinned: Collection[str] = ())
 
 
 def check_books(p: Placement) -> None:
-    """Loads, owners, pending, exclusions, labels and capacity are consistent."""
+    """Loads, owners, pending, exclusions, labels and capacity are consistent (and zones, when
+    their spread is required)."""
+    check_zone_spread_required(p)
     view = p.view
     workers = set(view.workers)
     pending = view.pending()
@@ -181,10 +183,36 @@ def check_books(p: Placement) -> None:
         assert view.load(w) <= view.max_load(w) + EPS, f"{w} above max_load"
 
 
+def zone(p: Placement, w: str) -> str:
+    """A worker's zone for the required spread: the first part of its zone path."""
+    return p.view.zone(w).split("/")[0]
+
+
+def check_zone_spread_required(p: Placement) -> None:
+    """With zone spread required, no two replicas of a task are ever in one zone, and a task
+    short of replicas because too few zones are live says so."""
+    if p.spread != REQUIRE:
+        return
+    for task in p.view.tasks:
+        zones = [zone(p, w) for w in p.view.owners(task)]
+        assert len(zones) == len(set(zones)), f"{task}: two replicas in one zone: {zones}"
+    for task, why in p.view.pending_reasons().items():
+        need = p.view.shape(task).require
+        live = [w for w in p.view.workers
+                if is_open(p, w) and all(p.view.labels(w).get(k) == v for k, v in need.items())]
+        want = p.view.replicas_of(task)
+        if (len(live) >= want and not p.view.excluded_from(task)
+                and len({zone(p, w) for w in live}) < want):
+            assert "distinct zones" in why, (task, why)
+
+
 def check_pending_fits_nowhere(p: Placement) -> None:
     """After place(): a pending replica fits on no worker that may take it."""
     for task in p.view.pending():
+        taken = {zone(p, o) for o in p.view.owners(task)} if p.spread == REQUIRE else set()
         for w in p.view.workers:
+            if zone(p, w) in taken:
+                continue  # zone spread required: that zone has a replica already
             assert not (may_take(p, task, w) and has_room(p, task, w)), \
                 f"{task} pending but fits on {w}"
 

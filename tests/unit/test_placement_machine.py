@@ -4,7 +4,8 @@ with replicas 1–3, mixed costs, zones and labels. After each event the books m
 each convergence, everything the placement promises (tests/unit/placement_checks.py): the
 balance criterion and spread repairs, coverage before redundancy, pending replicas that fit
 nowhere, no replica moved twice, stickiness, and the same utilization profile for a twin
-placement that saw the same history under other worker names.
+placement that saw the same history under other worker names. A third of the histories
+require the zone spread: then no two replicas of a task are ever in one zone (`check_books`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from corral.common.placement import Assigned, Mode, Placement, TaskShape
+from corral.common.placement import PREFER, REQUIRE, Assigned, Mode, Placement, TaskShape
 
 from .placement_checks import (
     EPS,
@@ -26,6 +27,7 @@ from .placement_checks import (
     covered,
     is_open,
     profile,
+    zone,
 )
 
 WORKERS = 10
@@ -44,10 +46,12 @@ tasks = st.integers(0, TASKS - 1)
 
 class PlacementMachine(RuleBasedStateMachine):
     @initialize(replicas=st.integers(1, 3), zones=st.sampled_from(ZONES),
-                tolerance=st.sampled_from([0.0, 0.0, 0.1]), budget=st.sampled_from([1, 3, 20]))
-    def start(self, replicas: int, zones: list[str], tolerance: float, budget: int) -> None:
-        self.p = Placement(replicas)
-        self.twin = Placement(replicas)
+                tolerance=st.sampled_from([0.0, 0.0, 0.1]), budget=st.sampled_from([1, 3, 20]),
+                spread=st.sampled_from([PREFER, PREFER, REQUIRE]))
+    def start(self, replicas: int, zones: list[str], tolerance: float, budget: int,
+              spread: str) -> None:
+        self.p = Placement(replicas, spread=spread)
+        self.twin = Placement(replicas, spread=spread)
         self.zones, self.tol, self.budget = zones, tolerance, budget
         # Equal workers are interchangeable while every task has one replica, cost 1 and no
         # labels, and nothing is excluded: then renaming must not change the outcome.
@@ -121,7 +125,7 @@ class PlacementMachine(RuleBasedStateMachine):
         assigned (those the core refuses come with their reason), then place and converge."""
         order = sorted(self.p.view.workers)  # the twin hears the same reports in the same order
         for which, (p, name) in enumerate(self.both()):
-            q = Placement(p.replicas)
+            q = Placement(p.replicas, spread=p.spread)
             view = p.view
             q.add_tasks({t: view.shape(t) for t in view.tasks})
             for w in view.workers:
@@ -130,6 +134,12 @@ class PlacementMachine(RuleBasedStateMachine):
                 for t in view.tasks_of(w):
                     verdict = q.assign(t, w)
                     assert verdict, f"{w} runs {t} legitimately, refused: {verdict}"
+                    if p.spread == REQUIRE:  # and a second replica in its zone is refused
+                        mate = next((x for x in q.view.workers if x != w and x not in
+                                     q.view.owners(t) and zone(q, x) == zone(q, w)), None)
+                        if mate is not None and q.view.replicas_of(t) > len(q.view.owners(t)):
+                            assert q.can_assign(t, mate) in (Assigned.ZONE, Assigned.NO_ROOM,
+                                                             Assigned.EXCLUDED, Assigned.LABELS)
             for w in (name[x] for x in order):  # then what no placement gave them
                 assert q.assign("unknown", w) is Assigned.UNKNOWN_TASK
                 t = f"t{extra:02d}"
