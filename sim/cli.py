@@ -1,7 +1,8 @@
 """`corral-sim`: simulations of subsetting and load-balancing policies (SRE book, chapter 20).
 
-A thin click layer: it parses, checks, calls `simulate_subsetting` or `simulate_policies`, and
-prints a text report, one JSON object (``-o json``) or a PNG (``--plot``, needs matplotlib).
+A thin click layer: it parses, checks, calls `simulate_subsetting`, `compare_resizes`,
+`simulate_tradeoff` or `simulate_policies`, and prints a text report, one JSON object
+(``-o json``) or a PNG (``--plot``, needs matplotlib).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from corral.sim.histogram import (
     text_histogram,
 )
 from corral.sim.policies_sim import POLICIES, PolicyResult, RunConfig, simulate_policies
+from corral.sim.resize_sim import ResizeReport, compare_resizes
 from corral.sim.subsetting_sim import SubsettingResult, simulate_subsetting, simulate_tradeoff
 from corral.sim.world import FleetConfig
 
@@ -88,10 +90,10 @@ def main() -> None:
 @click.option(
     "--algo",
     type=click.Choice(ALGORITHMS),
-    default="deterministic",
-    show_default=True,
+    default=None,
     help="random: shuffle once, take the first K; deterministic: the chapter's "
-    "Subset(); low-churn: lots with van der Corput starts.",
+    "Subset(); low-churn: lots with van der Corput starts; stable: low-churn in arcs; "
+    "steady: indexed backends in blocks. [default: deterministic; with --resize, every one]",
 )
 @SEED
 @click.option(
@@ -100,8 +102,10 @@ def main() -> None:
     type=click.IntRange(min=1),
     default=None,
     metavar="B2",
-    help="Also subset over B2 backends and report the churn: the fraction of "
-    "connections that change, and the least any balanced algorithm must move. [default: no resize]",
+    help="Resize to B2 backends one at a time and report, for every algorithm (or --algo's "
+    "alone: a histogram and the churn of one resize to B2), the spread of connections, the "
+    "cumulative churn against its minimum, and the most connections one client lost in a step "
+    "and when any one backend leaves or joins. [default: no resize]",
 )
 @click.option(
     "--lot-size",
@@ -141,6 +145,10 @@ def subsetting(
     if tradeoff:
         _tradeoff(clients, backends, subset_size, steps, seed, lot_size, output, plot)
         return
+    if resize is not None and algo is None:
+        _resizes(clients, backends, resize, subset_size, seed, lot_size, output)
+        return
+    algo = algo or "deterministic"
     try:
         result = simulate_subsetting(algo, clients, backends, subset_size, seed, resize, lot_size)
     except ValueError as e:
@@ -183,6 +191,36 @@ def _tradeoff(clients: int, backends: int, subset_size: int, steps: int, seed: i
                     ylabel="cumulative churn ÷ its minimum")  # fmt: skip
         if output == "text":
             click.echo(f"wrote {plot}")
+
+
+def _resizes(clients: int, backends: int, resize: int, subset_size: int, seed: int,
+             lot_size: int, output: str) -> None:  # fmt: skip
+    try:
+        rows = compare_resizes(clients, backends, resize, subset_size, seed, lot_size)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    if output == "json":
+        click.echo(json.dumps({"clients": clients, "backends": backends, "resize_to": resize,
+                               "subset_size": subset_size,
+                               "variants": [r.to_json() for r in rows]}))  # fmt: skip
+        return
+    click.echo("\n".join(resize_table(rows, clients, backends, resize, subset_size)))
+
+
+def resize_table(rows: list[ResizeReport], clients: int, backends: int, resize: int,
+                 subset_size: int) -> list[str]:  # fmt: skip
+    """The text table of `compare_resizes` (scripts/bench subsetting prints it too)."""
+    lines = [f"{clients} clients, K = {subset_size}: {backends} → {resize} backends one at a "
+             f"time; before it, connections per backend min–max (spread)",
+             f"{'variant':<28} {'min–max':>9} {'spread':>6} {'churn':>8} {'minimum':>8} "
+             f"{'÷ min':>6} {'lost/step':>9} {'lost/any':>8}"]
+    for r in rows:
+        lines.append(f"{r.label:<28} {f'{r.min}–{r.max}':>9} {r.spread:>6} {r.churn:>8.2%} "
+                     f"{r.minimum:>8.2%} {r.churn / r.minimum if r.minimum else 0:>6.2f} "
+                     f"{r.step_loss:>9} {r.single_loss:>8}")  # fmt: skip
+    lines.append("lost/step: the most connections one client lost in a step; lost/any: when "
+                 "any one backend left (each in turn) or one joined, before the first step")
+    return lines
 
 
 def _subsetting_text(r: SubsettingResult) -> list[str]:

@@ -9,6 +9,8 @@ balanced algorithm must move (`corral.common.balancer.subsetting.ideal_churn`).
 `simulate_tradeoff` measures what low churn costs in balance: for each algorithm (and stable
 subsetting with several numbers of arcs), the spread of connections per backend, and the
 cumulative churn of many one-backend scale-ups next to its minimum (the sum of the ideals).
+(`corral.sim.resize_sim` adds what one client loses, per algorithm.) ``steady`` is given the
+number of clients, as a service knows its own size.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from corral.common.balancer.subsetting import (
     RANDOM,
     STABLE,
     STABLE_ARCS,
+    STEADY,
     LowChurnLots,
     assign,
     churn,
@@ -85,14 +88,16 @@ def simulate_subsetting(
 ) -> SubsettingResult:
     """Subset ``clients`` clients over ``backends`` backends (and again over ``resize_to``)."""
     names = backend_names(backends)
-    before = assign(algorithm, names, range(clients), subset_size, seed, lot_size)
+    population = clients if algorithm == STEADY else None
+    before = assign(algorithm, names, range(clients), subset_size, seed, lot_size, population)
     counts = connection_counts(before, names)
     result = SubsettingResult(
         algorithm, clients, backends, subset_size, tuple(counts[n] for n in names)
     )
     if resize_to is None:
         return result
-    after = assign(algorithm, backend_names(resize_to), range(clients), subset_size, seed, lot_size)
+    after = assign(algorithm, backend_names(resize_to), range(clients), subset_size, seed,
+                   lot_size, population)
     return SubsettingResult(
         algorithm,
         clients,
@@ -113,8 +118,9 @@ VARIANTS: tuple[tuple[str, str, int | None], ...] = (
     (RANDOM, RANDOM, None),
     (DETERMINISTIC, DETERMINISTIC, None),
     (LOW_CHURN, LOW_CHURN, 1),
-    *((f"{STABLE}, {a} arcs" + (" (default)" if a == STABLE_ARCS else ""), STABLE, a)
+    *((f"{STABLE}, {a} arcs" + (" (= stable)" if a == STABLE_ARCS else ""), STABLE, a)
       for a in (2, 3, 4, 6, 8)),
+    (f"{STEADY} (the default)", STEADY, None),
 )
 
 
@@ -143,7 +149,8 @@ def _subsets(
     algorithm: str, arcs: int | None, backends: int, clients: int, k: int, seed: int, lot: int
 ) -> dict[int, list[str]]:
     if arcs is None:
-        return assign(algorithm, backend_names(backends), range(clients), k, seed, lot)
+        population = clients if algorithm == STEADY else None
+        return assign(algorithm, backend_names(backends), range(clients), k, seed, lot, population)
     lots = LowChurnLots(backend_names(backends), k, seed, lot, arcs)
     return {c: lots.subset(c) for c in range(clients)}
 

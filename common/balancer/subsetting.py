@@ -69,7 +69,15 @@ def _check(subset_size: int) -> None:
 def rendezvous_order(backends: Iterable[str], *salt: object) -> list[str]:
     """The backends in a random order fixed by ``salt``; adding or removing one backend leaves
     the relative order of all the others unchanged (that is what keeps churn low)."""
-    return sorted(backends, key=lambda b: (_key(*salt, b), b))
+    # `_key(*salt, b)` for each b, the salt hashed once: the same digests, a third of the time.
+    base = hashlib.blake2b(("\x1f".join(map(str, salt)) + "\x1f").encode(), digest_size=8)
+
+    def key(b: str) -> tuple[int, str]:
+        h = base.copy()
+        h.update(b.encode())
+        return int.from_bytes(h.digest(), "big"), b
+
+    return sorted(backends, key=key)
 
 
 def random_subset(

@@ -156,14 +156,36 @@ def test_the_tradeoff_of_churn_against_balance() -> None:
     assert out.exit_code == 0, out.output
     doc = json.loads(out.output)
     rows = {r["variant"]: r for r in doc["variants"]}
-    assert {"random", "deterministic", "low-churn", "stable, 3 arcs (default)"} <= set(rows)
+    assert {"random", "deterministic", "low-churn", "stable, 3 arcs (= stable)",
+            "steady (the default)"} <= set(rows)
     ratio = {v: r["churn_over_minimum"] for v, r in rows.items()}
-    assert ratio["stable, 3 arcs (default)"] < ratio["low-churn"] < ratio["deterministic"]
+    assert ratio["stable, 3 arcs (= stable)"] < ratio["low-churn"] < ratio["deterministic"]
+    steady = rows["steady (the default)"]  # K = 10 < 21: a block of 50 re-spaced per step
+    assert ratio["steady (the default)"] < ratio["low-churn"] and steady["max_over_mean"] < 1.15
     assert rows["deterministic"]["max_over_mean"] == rows["deterministic"]["min_over_mean"] == 1
     assert all(r["minimum"] == pytest.approx(sum(1 / b for b in range(101, 111)))
                for r in rows.values())  # fmt: skip
     text = CliRunner().invoke(main, args)
     assert text.exit_code == 0 and "÷ minimum" in text.output and "stable, 8 arcs" in text.output
+
+
+def test_a_resize_compares_every_algorithm_step_by_step() -> None:
+    args = ["subsetting", "--clients", "60", "--backends", "64", "--subset-size", "24",
+            "--resize", "70"]  # fmt: skip
+    out = CliRunner().invoke(main, [*args, "-o", "json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    rows = {r["variant"]: r for r in doc["variants"]}
+    assert set(rows) == {"random", "deterministic", "low-churn", "stable", "steady",
+                         "steady, clients uncounted"}  # fmt: skip
+    least = sum(1 / b for b in range(65, 71))
+    assert all(r["minimum"] == pytest.approx(least) for r in rows.values())
+    assert rows["deterministic"]["spread"] <= 1 and rows["deterministic"]["worst_step_loss"] > 1
+    assert rows["steady"]["spread"] <= 2 and rows["steady"]["churn_over_minimum"] < 2
+    assert rows["steady"]["worst_step_loss"] == rows["steady"]["worst_single_loss"] == 1
+    assert rows["random"]["worst_single_loss"] == 1  # a rendezvous order moves only the change
+    text = CliRunner().invoke(main, args)
+    assert text.exit_code == 0 and "lost/any" in text.output and "steady" in text.output
 
 
 def test_text_reports() -> None:
