@@ -32,7 +32,7 @@ class Assigner:
     def __init__(self, config: SupervisorConfig, counters: Counters, feed: Feed,
                  effects: Effects, book: TaskBook) -> None:
         self.config = config
-        self.placement = Placement(config.replicas, config.strategy)
+        self.placement = Placement(config.replicas, config.strategy, config.zone_spread)
         self.handoffs = Handoffs()
         self.book = book
         self._counters = counters
@@ -64,7 +64,8 @@ class Assigner:
 
     def clear(self) -> None:
         """Forget the assignment (demoted: the next leader decides)."""
-        self.placement = Placement(self.config.replicas, self.config.strategy)
+        self.placement = Placement(self.config.replicas, self.config.strategy,
+                                   self.config.zone_spread)
         self.handoffs = Handoffs()
         self.book.clear()
         self._changes.take()  # and what this event changed is not sent

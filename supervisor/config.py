@@ -17,7 +17,7 @@ from corral.cli.files import read_file
 from corral.cli.logs import LEVELS
 from corral.cli.settings import Setting, at_least, between, positive, resolve
 from corral.common.errors import ConfigError
-from corral.common.placement import LEAST_UTILIZED, STRATEGIES
+from corral.common.placement import LEAST_UTILIZED, PREFER, SPREADS, STRATEGIES
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("bind", "endpoint", "tcp://127.0.0.1:7760", "where workers connect (ZeroMQ "
@@ -35,6 +35,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("replicas", "int", 1, "how many workers run each task", between(1, 1000)),
     Setting("strategy", "str", LEAST_UTILIZED, "placement strategy", choices=STRATEGIES),
+    Setting("zone_spread", "str", PREFER, "prefer: replicas in distinct zones as far as the live "
+            "ones allow; require: never two in one zone, the rest wait pending", choices=SPREADS),
     Setting("warmup", "seconds", 30.0, "listen and rebuild from worker reports before assigning"),
     Setting("expect_workers", "int", 0, "end warm-up early once this many workers reported "
             "(0: wait the whole warm-up)", between(0, 10_000_000)),
@@ -52,8 +54,10 @@ SETTINGS: tuple[Setting, ...] = (
             "every lease / 2 by default, so each report is answered)"),
     Setting("report_interval", "seconds", 1.0,
             "the workers' report interval (reconciliation waits this long)", positive),
-    Setting("rebalance_tolerance", "number", 0.05,
-            "rebalance when utilizations differ by more than this", between(0, 1)),
+    Setting("rebalance_tolerance", "number", 0.0,
+            "the balance criterion's τ: a move is made while it lowers the larger "
+            "utilization by more than this (0: on equal workers, loads within one)",
+            between(0, 1)),
     Setting("move_budget", "int", 20, "most tasks one rebalance event moves",
             between(0, 10_000_000)),
     Setting("max_failures", "int", 3,
@@ -106,6 +110,7 @@ class SupervisorConfig:
     tasks: str = ""
     replicas: int = 1
     strategy: str = LEAST_UTILIZED
+    zone_spread: str = PREFER
     warmup: float = 30.0
     expect_workers: int = 0
     query_interval: float = 1800.0
@@ -115,7 +120,7 @@ class SupervisorConfig:
     lease_margin: float = 2.0
     renew_interval: float = 0.0
     report_interval: float = 1.0
-    rebalance_tolerance: float = 0.05
+    rebalance_tolerance: float = 0.0
     move_budget: int = 20
     max_failures: int = 3
     failure_cooldown: float = 300.0

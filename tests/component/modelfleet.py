@@ -50,7 +50,7 @@ class ModelWorker:
         self.incarnation = incarnation
         self.zone = zone
         self.cfg = WorkerConfig(supervisor="tcp://unused:1", worker_id=id, handler="log",
-                                max_load=max_load, report_interval=REPORT_INTERVAL)
+                                max_load=max_load, report_interval=REPORT_INTERVAL, zone=zone)
         self.machine = WorkerMachine(self.cfg, incarnation, now, waits_for_handler=False)
         self.journal: list[tuple[float, str, str]] = journal if journal is not None else []
         self.refused: str | None = None

@@ -660,9 +660,9 @@ def test_a_zone_that_comes_back_gets_its_replicas_back_within_the_budget() -> No
 
 
 def test_a_tolerance_bounds_the_gap_not_one_task_s_step() -> None:
-    """Tolerance 0.05 (the supervisor's default) on workers whose one-task step is smaller
-    than that (max load 600: 1/600): they must still shed load to an empty joiner until the
-    joiner is within the tolerance (plus one task) of them."""
+    """A tolerance of 0.05 (`--rebalance-tolerance 0.05`) on workers whose one-task step is
+    smaller than that (max load 600: 1/600): they must still shed load to an empty joiner
+    until the joiner is within the tolerance (plus one task) of them."""
     p = Placement()
     for w in ("a", "b"):
         p.upsert_worker(w, 600)
