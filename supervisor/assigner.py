@@ -7,13 +7,22 @@ the effects' `Changes` (one diff, and the workers that get their whole set as a 
 core turns them into instruction sets at the event's end, at most one per worker per event.
 Moves and their reasons go to the change feed. The task list is the `TaskBook`'s; failing
 tasks are `Failures`'; pacing rebalance passes is `Rebalancing`'s.
+
+**Settling.** A worker that arrives (joins, comes back, becomes ready) while replicas wait for
+a place opens a window of ``--settle`` seconds: every placement waits for its end, and then
+places once over all the workers that arrived in it — a fleet coming back after its leases
+lapsed, or restarted at once, shares the replicas instead of the first ones filling up and the
+rest being moved after (docs/supervisor.md, "Lifecycle"). A rebuild whose workers were still
+arriving waits the same way. Rebalance passes wait too (they would place what is pending).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from typing import Any
 
 from corral.common.placement import Mode, Placement, PlacementView
+from corral.common.timers import TimerWheel
 from corral.common.wire.protocol import WorkerState
 from corral.common.wire.tasklist import TaskEntry
 
@@ -26,11 +35,12 @@ from .records import WorkerRecord
 from .taskbook import ListChange, TaskBook, shape_of
 
 PLACED = "placed"  # the reason of a first placement (not a move)
+SETTLE = ("settle",)  # the settle window's timer key
 
 
 class Assigner:
     def __init__(self, config: SupervisorConfig, counters: Counters, feed: Feed,
-                 effects: Effects, book: TaskBook) -> None:
+                 effects: Effects, book: TaskBook, wheel: TimerWheel[Any]) -> None:
         self.config = config
         self.placement = Placement(config.replicas, config.strategy, config.zone_spread)
         self.handoffs = Handoffs()
@@ -38,8 +48,11 @@ class Assigner:
         self._counters = counters
         self._feed = feed
         self._changes = effects.changes  # one for the effects' life
+        self._wheel = wheel
         self._deferring = False  # inside a batch of reports (see `defer`)
-        self._place_due = False  # an arrival in this batch asked for a placement
+        self._place_due = False  # a placement waits for the batch's end or the window's
+        self.settle_until: float | None = None  # while a settle window is open: its end
+        self._arrived = float("-inf")  # when a worker last arrived
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -69,6 +82,8 @@ class Assigner:
         self.handoffs = Handoffs()
         self.book.clear()
         self._changes.take()  # and what this event changed is not sent
+        self._wheel.cancel(SETTLE)
+        self.settle_until, self._place_due = None, False
 
     # -- batches -------------------------------------------------------------------------------
 
@@ -77,16 +92,47 @@ class Assigner:
         self._deferring = True
 
     def place_deferred(self) -> None:
-        """The batch is over: place once what its arrivals asked for."""
+        """The batch is over: place once what its arrivals asked for (unless a settle window
+        keeps it for its end)."""
         self._deferring = False
-        if self._place_due:
+        if self._place_due and self.settle_until is None:
             self._place_due = False
             self.place(PLACED)
 
-    def _place_soon(self) -> None:
-        if self._deferring:
+    def _place_soon(self, now: float) -> None:
+        """A worker arrived: place what is pending — after a settle window, if anything is."""
+        self._arrived = now
+        if self.config.settle > 0 and self.placement.view.pending_count():
+            self._open_window(now)
+        elif self._deferring:
             self._place_due = True
         else:
+            self.place(PLACED)
+
+    def _open_window(self, now: float) -> None:
+        if self.settle_until is None:
+            self.settle_until = now + self.config.settle
+            self._wheel.schedule_timeout(SETTLE, self.settle_until)
+        self._place_due = True
+
+    def arrived(self, now: float) -> None:
+        """A worker joined or came back before the supervisor runs (for `place_rebuilt`)."""
+        self._arrived = now
+
+    def place_rebuilt(self, now: float) -> None:
+        """The rebuild's placement: at once, unless workers are still arriving (one arrived
+        within a settle window before now): then at the end of a window from now."""
+        if (self.config.settle > 0 and now - self._arrived < self.config.settle
+                and self.placement.view.pending_count()):
+            self._open_window(now)
+        else:
+            self.place(PLACED)
+
+    def settled(self) -> None:
+        """The settle window closed (its timer): place once over every worker there is."""
+        self.settle_until = None
+        if self._place_due:
+            self._place_due = False
             self.place(PLACED)
 
     def sent(self, worker: str, add: Collection[str], stop: Iterable[str] = ()) -> None:
@@ -134,7 +180,7 @@ class Assigner:
         if rec.status.state is not WorkerState.LAME_DUCK:
             for task in rec.status.running:
                 p.assign(task, rec.id)  # refused unless it is short, fits and is allowed
-        self._place_soon()
+        self._place_soon(now)
         if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
             self.drain(rec, now)
         self._changes.reset(rec.id)
@@ -147,7 +193,7 @@ class Assigner:
         if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
             self.drain(rec, now)
         else:
-            self._place_soon()
+            self._place_soon(now)
 
     def gone(self, workers: list[str]) -> dict[str, int]:
         """These workers are gone (lease + margin of silence): their replicas move, placed
@@ -176,7 +222,11 @@ class Assigner:
 
     def place(self, reason: str, source: str | None = None) -> None:
         """Place what is pending. Replicas that *move* (a worker gone, drained, failing) go
-        to the feed one by one; a first placement (new tasks) as one line."""
+        to the feed one by one; a first placement (new tasks) as one line. While a settle
+        window is open, at its end (as placed)."""
+        if self.settle_until is not None:
+            self._place_due = True
+            return
         diff = self.placement.place()
         if not diff:
             return

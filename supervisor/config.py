@@ -60,6 +60,9 @@ SETTINGS: tuple[Setting, ...] = (
             between(0, 1)),
     Setting("move_budget", "int", 20, "most tasks one rebalance event moves",
             between(0, 10_000_000)),
+    Setting("settle", "seconds", 1.0, "a worker arriving while replicas wait for a place opens "
+            "a window this long: placing waits for the workers arriving in it and spreads over "
+            "them all (0: place at once)", between(0, 60)),
     Setting("max_failures", "int", 3,
             "consecutive failures of a task on a worker before it moves elsewhere",
             between(1, 1_000_000)),
@@ -122,6 +125,7 @@ class SupervisorConfig:
     report_interval: float = 1.0
     rebalance_tolerance: float = 0.0
     move_budget: int = 20
+    settle: float = 1.0
     max_failures: int = 3
     failure_cooldown: float = 300.0
     start_timeout: float = 60.0

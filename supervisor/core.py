@@ -29,7 +29,7 @@ from typing import Any
 
 from corral.common.timers import TimerWheel
 
-from .assigner import Assigner
+from .assigner import SETTLE, Assigner
 from .config import SupervisorConfig
 from .counters import Counters
 from .dispatch import Dispatch
@@ -83,7 +83,7 @@ class SupervisorCore:
         self.registry = Registry(self.wheel, counters, config.lease + config.lease_margin,
                                  config.forget_after, now, config.fresh_ids)
         self.book = TaskBook()
-        self.assigner = Assigner(config, counters, feed, effects, self.book)
+        self.assigner = Assigner(config, counters, feed, effects, self.book, self.wheel)
         self.failures = Failures(config, self.wheel, counters, self.assigner, feed, effects)
         self.starts = Starts(config.start_timeout)
         self.reconciler = Reconciler(config, counters, self.assigner, life, effects)
@@ -183,6 +183,9 @@ class SupervisorCore:
                 self.effects.fetch(reset=True)
             elif key == REBALANCE:
                 self.rebalancing.run(now)
+            elif key == SETTLE:  # the arrivals of a settle window share what was pending
+                self.assigner.settled()
+                self.rebalancing.want(now)
             elif key[0] == INCLUDE:
                 if self.life.running:
                     self.failures.cooled(key[1], key[2])

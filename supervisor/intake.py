@@ -305,7 +305,9 @@ class Intake:
             self._dispatch.expect_reset(rec)
             self._assigner.admit(rec, now)
             self._rebalancing.want(now)
-        elif self._life.leader:
+            return
+        self._assigner.arrived(now)  # a rebuild while workers still arrive waits for them
+        if self._life.leader:
             self._dispatch.renew(rec, now)  # its lease holds: it keeps running what it runs
 
     def _notice_epochs(self, rec: WorkerRecord) -> None:

@@ -6,7 +6,8 @@ balance criterion met.
                             rebuild, a drain or undrain, an exclusion expiring, a hand-off
                             ending while tasks were pinned)
     pending   -> pending    a pass moved something, or ran out of budget: another follows;
-                            or a budget's worth of tasks is pinned by hand-offs: put off
+                            or a budget's worth of tasks is pinned by hand-offs, or a settle
+                            window is open (`Assigner`): put off
     pending   -> balanced   a pass found nothing to move
 
 Events come in bursts (a fleet starting), so the first pass waits a report interval and covers
@@ -52,6 +53,10 @@ class Rebalancing:
         if not self._life.running:
             return
         assigner = self._assigner
+        if assigner.settle_until is not None:  # a pass would place what the window keeps
+            self._wheel.schedule_timeout(REBALANCE, max(now + self._interval,
+                                                        assigner.settle_until))
+            return
         if len(assigner.handoffs.pinned) >= max(1, assigner.config.move_budget):
             self.skipped += 1
             self._wheel.schedule_timeout(REBALANCE, now + self._interval)

@@ -17,7 +17,9 @@ Stages, in order; a slice does at most ``budget`` items of work (a task, a claim
                          given what it keeps
     FINISH  -> RESETS    (in one go) workers that changed meanwhile are read again, those gone
                          meanwhile removed; capacity enforced, drains started, the rest
-                         placed: the assignment is complete (`assigned`), the supervisor runs
+                         placed (after a settle window, if workers were still arriving: see
+                         `Assigner`): the assignment is complete (`assigned`), the
+                         supervisor runs
     RESETS  -> DONE      every worker still active was reset (its whole set), a slice of
                          workers at a time; nothing of FINISH's diff is sent on its own
 
@@ -38,7 +40,7 @@ from corral.common.placement import resolve_claims
 from corral.common.wire.protocol import Status, WorkerState
 from corral.common.wire.tasklist import TaskEntry
 
-from .assigner import PLACED, Assigner
+from .assigner import Assigner
 from .effects import Effects
 from .records import WorkerRecord
 from .registry import Registry
@@ -247,7 +249,7 @@ class Rebuild:
             if rec.drained or rec.status.state is WorkerState.LAME_DUCK:
                 a.drain(rec, now)
         placed = p.view.pending_count()
-        a.place(PLACED)
+        a.place_rebuilt(now)  # at once, or after a settle window if workers still arrive
         # Every active worker gets its whole set as a reset, a slice at a time: what this
         # step changed per worker is in those resets, so it is not sent now as well (it would
         # be every worker's set twice, and a whole fleet's sets in one turn of the loop).

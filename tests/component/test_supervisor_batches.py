@@ -124,6 +124,8 @@ def test_workers_back_in_one_batch_are_placed_once_and_within_capacity(
     for w in gone:  # as the daemon hands them over: one by one, as it reads them
         h.run(h.core.handle(Report(w.identity, w.force_report(h.now)), h.now))
     h.run(h.core.handle(BatchEnd(), h.now))
+    assert not places, "the arrivals wait for the settle window"
+    h.until(lambda: bool(places), limit=h.core.config.settle + 1.0)
     assert len(places) == 1, f"placement ran {len(places)} times for one batch"
     monkeypatch.undo()
     p = h.core.assigner.placement
