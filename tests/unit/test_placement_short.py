@@ -1,16 +1,18 @@
-"""Stickiness under short capacity (issue 31, item 1): after a worker leaves and the fleet is
-short of room, placing and converging stop a survivor's replica only when that raises
-coverage — a task without any owner gets one in its place — never to trade one task's
-redundancy for another's (a third replica stopped to give another task its second: one more
-stop and start, no more tasks running). Random fleets of uneven capacities under odd names,
-tasks of mixed replicas and costs, with and without zones."""
+"""Stickiness under short capacity (issue 31, item 1), and the default tolerance (item 2).
+
+After a worker leaves and the fleet is short of room, placing and converging stop a
+survivor's replica only when that raises coverage — a task without any owner gets one in its
+place — never to trade one task's redundancy for another's (a third replica stopped to give
+another task its second: one more stop and start, no more tasks running). Random fleets of
+uneven capacities under odd names, tasks of mixed replicas and costs, with and without zones."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.common.placement import Placement, TaskShape
+from corral.common.placement import Mode, Placement, TaskShape
+from corral.supervisor.config import SupervisorConfig
 
 from .placement_checks import (
     check_books,
@@ -71,3 +73,38 @@ def test_a_third_replica_is_not_stopped_to_give_another_task_its_second() -> Non
     assert sorted(p.view.owners("t0")) == ["w1", "w2", "w3"]
     assert p.view.pending() == {"t1": 2}
     assert not converge(p, 0.0, 20) and sorted(p.view.owners("t0")) == ["w1", "w2", "w3"]
+
+
+@settings(max_examples=150)
+@given(names, st.data(), st.integers(1, 2), st.integers(0, 120))
+def test_at_the_default_tolerance_equal_workers_end_within_one_after_any_restarts(
+        workers: list[str], data: st.DataObject, replicas: int, ntasks: int) -> None:
+    """Issue 31, item 2: the supervisor's default tolerance is the documented criterion's τ = 0,
+    so after any history of restarts (a drain, a return empty), joins and leaves, workers of
+    one max load end with loads within one of each other — next to others of uneven ones."""
+    tol = SupervisorConfig().rebalance_tolerance
+    equal = data.draw(st.sampled_from([5, 8, 20]), label="the equal max load")
+    p = Placement(replicas)
+    caps = {w: data.draw(st.sampled_from([equal, equal, 3, 13]), label=f"cap {w!r}")
+            for w in workers}
+    for w, c in caps.items():
+        p.upsert_worker(w, c)
+    p.add_tasks([f"t{i:03d}" for i in range(ntasks)])
+    converge(p, tol, 20)
+    for _ in range(data.draw(st.integers(1, 4), label="events")):
+        w = data.draw(st.sampled_from(sorted(caps)), label="worker")
+        if data.draw(st.booleans(), label="restart (else leave or join)"):
+            p.upsert_worker(w, caps[w], Mode.HOLD)  # drained, then back empty
+            for t in list(p.view.tasks_of(w)):
+                p.unassign(t, w)
+            p.place()
+            p.remove_worker(w)
+            p.upsert_worker(w, caps[w])
+        elif p.view.has_worker(w):
+            p.remove_worker(w)
+        else:
+            p.upsert_worker(w, caps[w])
+        converge(p, tol, 20)
+    same = [int(p.view.load(w)) for w in p.view.workers if p.view.max_load(w) == equal]
+    if len(same) > 1:
+        assert max(same) - min(same) <= 1, same
