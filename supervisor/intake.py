@@ -296,6 +296,7 @@ class Intake:
         if self._life.running and self._assigner.view.has_worker(rec.id):
             self._assigner.update_mode(rec, now)  # the new process runs its desired set
             self._changes.reset(rec.id)
+            self._rebalancing.want(now)  # back ready after a drain: empty, and eligible again
         else:
             self._up(rec, now)
 
