@@ -2,8 +2,11 @@
 
 A whole zone dies at once (kill -9 of every worker in it): because the two replicas of every
 task sit in distinct zones, no task ever loses its last running replica, and after lease +
-margin every task is back to two replicas in the two zones left. A task that requires a label
-runs only on workers that have it, and with none alive it is pending with its reason.
+margin every task is back to two replicas in the two zones left, the survivors' loads within
+one of each other; when the zone comes back, the tasks spread over three zones again and
+every worker ends within one of the others — at the supervisor's defaults. A task that
+requires a label runs only on workers that have it, and with none alive it is pending with its
+reason.
 """
 
 from __future__ import annotations
@@ -74,6 +77,37 @@ def test_a_whole_zone_dies_and_no_task_loses_its_last_replica(procs: Procs) -> N
     # The supervisor agrees: nothing pending, nothing zone-degraded.
     wait_until(lambda: sup.ctl("status")["tasks_pending"] == 0, what="no pending replica")
     assert sup.ctl("status")["zone_degraded"] == 0
+    # At the default tolerance the survivors (equal max loads) end within one of each other.
+    wait_until(lambda: settled(sup) and within_one(loads(sup)), timeout=30,
+               what="the survivors balanced within one")
+
+    # The zone comes back, empty: rebalance passes spread every task over three zones again
+    # and every worker ends within one of the others (40 each), at the defaults.
+    for w in ("a", "b"):
+        workers[w] = start_worker(procs, sup, w, 40, "--zone", ZONES[w])
+
+    def spread_again() -> bool:  # by the supervisor: the killed ones' journals never closed
+        owners = sup.ctl("assignments")["assignments"]
+        return len(owners) == TASKS and all(
+            len(ws) == 2 and len({top(ZONES[w]) for w in ws}) == 2 for ws in owners.values())
+
+    wait_until(lambda: spread_again() and settled(sup) and within_one(loads(sup)), timeout=60,
+               what="60 tasks x 2 over three zones again, loads within one")
+    assert loads(sup) == dict.fromkeys(names, 20.0)
+    assert sup.ctl("status")["zone_degraded"] == 0
+
+
+def settled(sup: Supervisor) -> bool:
+    status = sup.ctl("status")
+    return bool(status["balanced"]) and status["handoffs"] == 0 and status["tasks_pending"] == 0
+
+
+def loads(sup: Supervisor) -> dict[str, float]:
+    return {w["id"]: w["running"] for w in sup.ctl("workers")["workers"] if w["active"]}
+
+
+def within_one(got: dict[str, float]) -> bool:
+    return max(got.values()) - min(got.values()) <= 1
 
 
 @pytest.mark.timeout(120)
