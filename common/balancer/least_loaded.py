@@ -23,6 +23,7 @@ from .picker import Picker
 # A queued entry is a ticket, ``generation * _STRIDE + slot``: a slot's tickets never repeat.
 _STRIDE = 1 << 32
 _MASK = _STRIDE - 1
+_OFF = 1 << 40  # an ineligible slot's load is kept this far below zero
 
 
 class LeastLoaded(Picker):
@@ -61,7 +62,8 @@ class LeastLoaded(Picker):
 
     def __init__(self, n: int, rng: random.Random) -> None:
         super().__init__(n, rng)
-        self._load = [0] * n  # active, plus recent errors when they count
+        # active, plus recent errors when they count; minus _OFF while ineligible
+        self._load = [0] * n
         self._ticket = list(range(n))  # slot k's tickets: k, then k + _STRIDE, ... (unique)
         # Queues reach at least two levels above any slot's load (see `_rise`, `_enqueue`).
         self._queues: list[deque[int]] = [deque(self._ticket), deque(), deque()]
@@ -87,9 +89,10 @@ class LeastLoaded(Picker):
 
     def release(self, i: int) -> None:
         self.active[i] -= 1
-        low = self._load[i] - 1
-        self._load[i] = low
-        if self.eligible[i]:
+        load = self._load
+        low = load[i] - 1
+        load[i] = low
+        if low >= 0:  # eligible (an ineligible slot's load is kept below every level)
             ticket = self._ticket
             e = ticket[i] + _STRIDE
             ticket[i] = e
@@ -174,9 +177,11 @@ class LeastLoaded(Picker):
         super().set_eligible(i, ok)
         if ok:
             self._pool[i] = None
+            self._load[i] += _OFF
             self._enqueue(i)
         else:
             del self._pool[i]
+            self._load[i] -= _OFF
             self._ticket[i] += _STRIDE  # its queued entry goes stale
 
 

@@ -1,5 +1,6 @@
-"""scripts/bench subsetting [-o json]: each subsetting algorithm's balance, churn and
-per-client loss on resizes (docs/balancer.md's comparison table comes from this output).
+"""scripts/bench subsetting [-o text|json|markdown]: each subsetting algorithm's balance,
+churn and per-client loss on resizes (``-o markdown`` prints docs/balancer.md's comparison
+table).
 
 300 clients. For each case the backends go from B to B2 one at a time (a scale-up appends the
 next name, a scale-down drops the last); every algorithm reports: connections per backend
@@ -41,7 +42,7 @@ def milliseconds(algorithm: str, backends: int, k: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    ap.add_argument("-o", "--output", choices=["text", "json", "markdown"], default="text")
     args = ap.parse_args()
     result: dict[str, Any] = {"clients": CLIENTS, "cases": []}
     for b, b2, k in CASES:
@@ -57,9 +58,25 @@ def main() -> None:
                 f"{a} {ms:.1f}" for a, ms in result["cases"][-1]["ms"].items()) + "\n")
     if args.output == "json":
         print(json.dumps(result))
+    elif args.output == "markdown":
+        print("\n".join(markdown(result["cases"])))
     else:
         print("lost/step: the most connections one client lost in a step; lost/any: when any "
               "one backend left (each in turn) or one joined, before the first step")
+
+
+def markdown(cases: list[dict[str, Any]]) -> list[str]:
+    """The comparison table of docs/balancer.md, one row per case and variant."""
+    out = ["| backends (→ B2), K | variant | connections min–max | spread | churn | "
+           "÷ minimum | lost / step | lost / any change |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for case in cases:
+        size = f"{case['backends']} → {case['resize_to']}, {case['subset_size']}"
+        for v in case["variants"]:
+            out.append(f"| {size} | {v['variant']} | {v['min']}–{v['max']} | {v['spread']} | "
+                       f"{v['churn']:.2%} | {v['churn_over_minimum']:.2f} | "
+                       f"{v['worst_step_loss']} | {v['worst_single_loss']} |")
+    return out
 
 
 if __name__ == "__main__":
