@@ -24,7 +24,7 @@ import json
 import time
 from typing import Any
 
-from corral.common.balancer.subsetting import ALGORITHMS, STEADY, assign
+from corral.common.balancer.subsetting import ALGORITHMS, STEADY, assign, churn, ideal_churn
 from corral.sim.cli import resize_table
 from corral.sim.resize_sim import backend_names, compare_resizes
 
@@ -38,6 +38,15 @@ def milliseconds(algorithm: str, backends: int, k: int) -> float:
     start = time.perf_counter()
     assign(algorithm, backend_names(backends), range(CLIENTS), k, population=population)
     return 1000 * (time.perf_counter() - start)
+
+
+def shifted_indexes() -> dict[str, float]:
+    """What steady costs when its indexes are not stable: 300 names in sorted order, then a
+    name that sorts into the middle (every later index shifts), against the ideal."""
+    names = backend_names(300)
+    before = assign(STEADY, names, range(CLIENTS), 30, population=CLIENTS)
+    after = assign(STEADY, sorted([*names, "b0149x"]), range(CLIENTS), 30, population=CLIENTS)
+    return {"churn": churn(before, after), "ideal": ideal_churn(300, 301)}
 
 
 def main() -> None:
@@ -56,11 +65,15 @@ def main() -> None:
             print("\n".join(resize_table(rows, CLIENTS, b, b2, k)[:-1]))
             print("ms to subset all clients: " + ", ".join(
                 f"{a} {ms:.1f}" for a, ms in result["cases"][-1]["ms"].items()) + "\n")
+    result["shifted_indexes"] = shifted = shifted_indexes()
+    note = (f"steady with indexes that shift (300 sorted names, one more sorting into the "
+            f"middle): churn {shifted['churn']:.2%}, ideal {shifted['ideal']:.2%}")
     if args.output == "json":
         print(json.dumps(result))
     elif args.output == "markdown":
-        print("\n".join(markdown(result["cases"])))
+        print("\n".join(markdown(result["cases"])) + f"\n\n{note}")
     else:
+        print(note)
         print("lost/step: the most connections one client lost in a step; lost/any: when any "
               "one backend left (each in turn) or one joined, before the first step")
 
