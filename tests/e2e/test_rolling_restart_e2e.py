@@ -16,8 +16,9 @@ import time
 
 import pytest
 
+from ..support import wait_until
 from .fleetprocs import intervals, running_now, start_worker, uncovered
-from .procs import Procs, Supervisor, wait_until
+from .procs import Procs, Supervisor
 
 pytestmark = pytest.mark.e2e
 
