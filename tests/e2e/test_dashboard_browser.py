@@ -65,9 +65,26 @@ def _text(driver: Any, css: str) -> str:
 
 
 def _shown(driver: Any, css: str) -> bool:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
-    return any(e.is_displayed() for e in driver.find_elements(By.CSS_SELECTOR, css))
+    try:
+        return any(e.is_displayed() for e in driver.find_elements(By.CSS_SELECTOR, css))
+    except StaleElementReferenceException:  # the table was drawn again meanwhile
+        return False
+
+
+def _clicked(driver: Any, css: str) -> bool:
+    """Click the element, unless the page drew it anew between finding and clicking it (a
+    feed event — a rebalance move — redraws the fleet table): then try again."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.find_element(By.CSS_SELECTOR, css).click()
+    except StaleElementReferenceException:
+        return False
+    return True
 
 
 def test_lists_workers_shows_a_kill_9_live_and_drains_with_the_token(
@@ -114,7 +131,7 @@ def test_lists_workers_shows_a_kill_9_live_and_drains_with_the_token(
     driver.find_element(By.ID, "unlock").click()
     button = '#fleet button[data-action="drain"][data-worker="charlie"]'
     wait_until(lambda: _shown(driver, button), what="the drain button once unlocked")
-    driver.find_element(By.CSS_SELECTOR, button).click()
+    wait_until(lambda: _clicked(driver, button), what="a click on the drain button")
     wait_until(lambda: next(w for w in cluster.query("workers")["workers"]
                             if w["id"] == "charlie")["drained"], what="charlie drained")
     wait_until(lambda: worker_states(driver).get("charlie") == "drained",
