@@ -67,6 +67,9 @@ def per_kind(sampler: Sampler, skip_s: float) -> dict[str, dict[str, Any]]:
         out[kind] = {
             "rss_slope": slope(mine, skip_s),
             "rss_slope_whole_run": slope((s for s in mine if s.key in whole), 0.0),
+            # the same over the run's second half: has it flattened (a ring filled up)?
+            "rss_slope_second_half": slope((s for s in mine if s.key in whole
+                                            and s.t >= (first + last) / 2), 0.0),
             "whole_run_processes": len(whole),
             "rss_kb_start": _mean(s.rss_kb for s in at_first),
             "rss_kb_end": _mean(s.rss_kb for s in at_last),
@@ -184,10 +187,13 @@ def print_table(r: dict[str, Any]) -> None:
         fds = f"{d['fds_start']}→{d['fds_end']}"
         print(f"{KIND_NAMES[kind]:34} {_f(s['kb_per_min']):>12} {_f(s['se']):>7} "
               f"{s['samples']:>8} {s['processes']:>6} {rss:>18} {fds:>15}")
-        w = d["rss_slope_whole_run"]
+        w, h = d["rss_slope_whole_run"], d["rss_slope_second_half"]
         if kind in ("agent", "keeper") and w["samples"]:
             print(f"{'  … those alive the whole run':34} {_f(w['kb_per_min']):>12} "
                   f"{_f(w['se']):>7} {w['samples']:>8} {w['processes']:>6}")
+        if h["samples"]:
+            print(f"{'  … in the second half':34} {_f(h['kb_per_min']):>12} "
+                  f"{_f(h['se']):>7} {h['samples']:>8} {h['processes']:>6}")
     print("\nkilled agents' task processes:")
     for label, d in r["leftovers"].items():
         g = d["gone_after_kill_s"]

@@ -302,18 +302,24 @@ class Soak:
             time.sleep(0.1)
 
     def _wait_quiet(self) -> bool:
-        """Until, on both sites, no hand-off, start or stop is in flight and there is one task
-        process per task (bounded by the settle timeout): the end's tables and processes are
-        then what the live tasks and workers hold."""
+        """Until, on both sites, every worker is active, no hand-off, start or stop is in
+        flight, and there is one task process per task and one keeper per agent (bounded by
+        the settle timeout): the end's tables and processes are then what the live tasks and
+        workers hold."""
         deadline = time.monotonic() + self.args.settle_timeout
         while time.monotonic() < deadline:
-            procs = [p for p in self.run.scan.scan() if p.kind == "task"]
-            quiet = True
+            everything = self.run.scan.scan()
+            procs = [p for p in everything if p.kind == "task"]
+            kinds = [p.kind for p in everything]
+            quiet = kinds.count("keeper") == kinds.count("agent")
             for site in self.sites.values():
-                t = (site.status() or {}).get("tables", {})
                 mine = sum(1 for p in procs if p.worker.startswith(f"{site.name}-"))
-                quiet = quiet and bool(t) and mine == self.args.tasks and not (
-                    t["handoffs"] or t["starts_tasks"] or t["stopping"] or t["placement_pending"])
+                st = site.status() or {}
+                t = st.get("tables", {})
+                quiet = quiet and bool(t) and mine == self.args.tasks and \
+                    st["workers_active"] == len(site.workers) and not (
+                        t["handoffs"] or t["starts_tasks"] or t["stopping"]
+                        or t["placement_pending"])
             if quiet:
                 return True
             time.sleep(0.2)
