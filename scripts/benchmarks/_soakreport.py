@@ -213,6 +213,7 @@ def print_table(r: dict[str, Any]) -> None:
     for site, s in r["after_churn"].items():
         print(f"\nafter the churn, supervisor {site}: {s['tasks_running_at_1s']}/{s['tasks']} "
               f"running 1 s after it stopped; all running after {_f(s['all_running_after_s'])} s")
+    print(f"dashboard at the end: lists {r['dashboard_workers_listed']} workers of B")
     print(f"task processes at the end: {r['end']['task_processes']} for "
           f"{r['end']['tasks_expected']} tasks; keepers {r['end']['keepers']} for "
           f"{r['end']['agents']} agents")

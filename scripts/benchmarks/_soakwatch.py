@@ -169,7 +169,7 @@ class Leftovers(threading.Thread):
             due = [tr for tr in self.tracked if not tr.judged and tr.deadline <= now]
         for tr in due:
             tr.judged = True
-            if tr.gone_at is not None:
+            if tr.gone_at is not None and tr.gone_at <= tr.deadline:
                 continue
             took = adopted(tr.site, tr.worker, tr.killed_at)
             if (tr.task, tr.pid) in took or (tr.task, None) in took:

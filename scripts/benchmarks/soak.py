@@ -42,6 +42,7 @@ import os
 import signal
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +208,7 @@ class Soak:
         self.leftovers.stop()
         procs = self.run.scan.scan()
         a = self.args
+        listed = _dashboard_total(self.dashboard_url)
         loads = self.sampler.loadavg
         return {
             "run": {"minutes": a.minutes, "tasks": a.tasks, "workers": a.workers,
@@ -229,6 +231,7 @@ class Soak:
                                                (a.tasks, end_st.get("tasks_total", 0)),
                                                (a.workers, end_st.get("workers_total", 0)))},
             "after_churn": after,
+            "dashboard_workers_listed": listed,  # it still follows B: W, or None
             "end": {"task_processes": sum(1 for p in procs if p.kind == "task"),
                     "tasks_expected": 2 * a.tasks,
                     "keepers": sum(1 for p in procs if p.kind == "keeper"),
@@ -333,17 +336,28 @@ def _counters(site: Site) -> dict[str, Any]:
         return {"error": str(exc)}
 
 
+def _dashboard_total(listen: str) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://{listen}/api/workers?limit=1", timeout=10) as r:
+            return int(json.load(r)["total"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def _cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def _stop_on_sigterm(*_: object) -> None:
-    raise KeyboardInterrupt  # the finally below stops everything
+def _stop_on_signal(*_: object) -> None:
+    for signum in (signal.SIGTERM, signal.SIGINT):  # a second one must not cut the clean-up
+        signal.signal(signum, signal.SIG_IGN)
+    raise KeyboardInterrupt  # main's finally stops everything
 
 
 def main() -> None:
     args = options().parse_args()
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    for signum in (signal.SIGTERM, signal.SIGINT):  # SIGINT too: a shell's `&` ignores it
+        signal.signal(signum, _stop_on_signal)
     soak = Soak(args)
     killed: dict[str, int] = {}
     try:
@@ -351,6 +365,9 @@ def main() -> None:
         stopped = soak.churn()
         after = soak.after(stopped)
         result = soak.finish(tables_start, after)
+    except KeyboardInterrupt:
+        print("soak: interrupted; stopping everything it started", file=sys.stderr)
+        raise SystemExit(130) from None
     finally:
         try:
             for thread in (soak.poller, soak.leftovers):
@@ -368,4 +385,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
