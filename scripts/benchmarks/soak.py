@@ -138,7 +138,7 @@ class Soak:
                "kill-a": now + a.kill_agent_every, "kill-b": now + 1.5 * a.kill_agent_every,
                "drain-a": now + a.drain_every / 4, "drain-b": now + 3 * a.drain_every / 4,
                "supervisor": now + a.kill_supervisor_every}
-        kills = 0
+        kills = {"a": 0, "b": 0}  # per site: each sees both kinds of restart
         while (now := time.monotonic()) < end:
             self._restart_due(now)
             self.leftovers.judge(now, self._adopted)
@@ -154,9 +154,9 @@ class Soak:
                 due["edit"] += a.edit_every
             for n in ("a", "b"):
                 if now >= due[f"kill-{n}"]:
-                    kills += 1
+                    kills[n] += 1
                     self._kill_agent(self.sites[n], late=a.late_every > 0 and
-                                     kills % a.late_every == 0)
+                                     kills[n] % a.late_every == 0)
                     due[f"kill-{n}"] += a.kill_agent_every
                 if now >= due[f"drain-{n}"]:
                     self._drain(self.sites[n])
@@ -209,6 +209,8 @@ class Soak:
         procs = self.run.scan.scan()
         a = self.args
         listed = _dashboard_total(self.dashboard_url)
+        with open(self.run.dir / "samples.jsonl", "w") as fh:  # the raw series, for a closer look
+            fh.writelines(json.dumps(vars(s)) + "\n" for s in self.sampler.samples)
         loads = self.sampler.loadavg
         return {
             "run": {"minutes": a.minutes, "tasks": a.tasks, "workers": a.workers,
