@@ -169,6 +169,20 @@ def tables(start: dict[str, int], end: dict[str, int], tasks: tuple[int, int],
     return out
 
 
+def tables_max(series: list[tuple[float, dict[str, int]]], start: float,
+               stop: float) -> dict[str, dict[str, int]]:
+    """The largest size of each table in the churn's first half and in its second: a table
+    still growing in the second half is one to look at."""
+    mid = (start + stop) / 2
+    out: dict[str, dict[str, int]] = {"first_half": {}, "second_half": {}}
+    for t, tables in series:
+        if start <= t <= stop:
+            half = out["first_half" if t < mid else "second_half"]
+            for k, v in tables.items():
+                half[k] = max(v, half.get(k, 0))
+    return out
+
+
 def print_table(r: dict[str, Any]) -> None:
     run = r["run"]
     print(f"soak: {run['minutes']:g} min of churn, {run['tasks']} tasks x {run['workers']} exec "
@@ -204,12 +218,14 @@ def print_table(r: dict[str, Any]) -> None:
     st = r["status"]
     print(f"\nstatus polls: {st['answered']}/{st['polls']} answered; p50 {_f(st['p50_s'])} s, "
           f"p99 {_f(st['p99_s'])} s, max {_f(st['max_s'])} s")
-    print("\ntables of the never-restarted supervisor (start → end; the largest during):")
+    print("\ntables of the never-restarted supervisor: start → end (diff); the largest in the "
+          "churn's first half / second half")
+    m1, m2 = r["tables"]["max"]["first_half"], r["tables"]["max"]["second_half"]
     for name, d in r["tables"]["judged"].items():
-        if d["start"] or d["end"] or r["tables"]["max"].get(name):
+        if d["start"] or d["end"] or m1.get(name) or m2.get(name):
             mark = "" if d["ok"] else f"   ✘ above {d['bound']} ({d['why']})"
-            print(f"  {name:28} {d['start']:>7} → {d['end']:>7} ({d['diff']:+}) "
-                  f"max {r['tables']['max'].get(name, '-')}{mark}")
+            print(f"  {name:28} {d['start']:>7} → {d['end']:>7} ({d['diff']:+})  "
+                  f"{m1.get(name, '-'):>6} / {m2.get(name, '-'):<6}{mark}")
     for site, s in r["after_churn"].items():
         print(f"\nafter the churn, supervisor {site}: {s['tasks_running_at_1s']}/{s['tasks']} "
               f"running 1 s after it stopped; all running after {_f(s['all_running_after_s'])} s")

@@ -62,15 +62,14 @@ class Sampler:
 
 class Poller(threading.Thread):
     """``status`` from one supervisor every ``every`` seconds, through one control client:
-    each answer's latency, each poll left unanswered within ``timeout``, and the largest size
-    each table reached."""
+    each answer's latency, each poll left unanswered within ``timeout``, and the tables."""
 
     def __init__(self, control: str, every: float, timeout: float) -> None:
         super().__init__(name="soak-status-poller", daemon=True)
         self.control, self.every, self.timeout = control, every, timeout
         self.latencies: list[float] = []
         self.failures: list[tuple[float, str]] = []
-        self.tables_max: dict[str, int] = {}
+        self.tables: list[tuple[float, dict[str, int]]] = []  # every answer's, with its time
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -83,8 +82,7 @@ class Poller(threading.Thread):
                     self.failures.append((t0, str(exc)[:200]))
                 else:
                     self.latencies.append(time.monotonic() - t0)
-                    for k, v in st.get("tables", {}).items():
-                        self.tables_max[k] = max(v, self.tables_max.get(k, 0))
+                    self.tables.append((t0, st.get("tables", {})))
                 self._halt.wait(max(0.0, self.every - (time.monotonic() - t0)))
 
     def stop(self) -> None:

@@ -110,6 +110,7 @@ class Soak:
         self.restarts: list[tuple[float, str, str]] = []  # (when, site, worker)
         self.drained: dict[str, str | None] = {"a": None, "b": None}
         self.dashboard_url = ""
+        self.churned = (0.0, 0.0)  # when the churn started and stopped
 
     # -- phases ---------------------------------------------------------------------------------
 
@@ -133,7 +134,7 @@ class Soak:
     def churn(self) -> float:
         """The churn, for --minutes; returns when it stopped."""
         a, now = self.args, time.monotonic()
-        end = now + a.minutes * 60
+        start, end = now, now + a.minutes * 60
         due = {"edit": now + a.edit_every, "sample": now,
                "kill-a": now + a.kill_agent_every, "kill-b": now + 1.5 * a.kill_agent_every,
                "drain-a": now + a.drain_every / 4, "drain-b": now + 3 * a.drain_every / 4,
@@ -168,7 +169,8 @@ class Soak:
                 self.count["supervisor_kills"] += 1
                 due["supervisor"] += a.kill_supervisor_every
             time.sleep(max(0.0, min(min(due.values()), end) - time.monotonic()))
-        return time.monotonic()
+        self.churned = (start, time.monotonic())
+        return self.churned[1]
 
     def after(self, stopped: float) -> dict[str, Any]:
         """The churn stopped: drains lifted, killed agents back when due (no new faults); the
@@ -211,6 +213,8 @@ class Soak:
         listed = _dashboard_total(self.dashboard_url)
         with open(self.run.dir / "samples.jsonl", "w") as fh:  # the raw series, for a closer look
             fh.writelines(json.dumps(vars(s)) + "\n" for s in self.sampler.samples)
+        with open(self.run.dir / "tables.jsonl", "w") as fh:  # B's, from every status poll
+            fh.writelines(json.dumps({"t": t, **v}) + "\n" for t, v in self.poller.tables)
         loads = self.sampler.loadavg
         return {
             "run": {"minutes": a.minutes, "tasks": a.tasks, "workers": a.workers,
@@ -228,7 +232,8 @@ class Soak:
             "leftovers": report.leftovers(self.leftovers),
             "status": report.latency(self.poller.latencies, self.poller.failures),
             "tables": {"start": tables_start, "end": end_st.get("tables", {}),
-                       "max": self.poller.tables_max, "quiet_before_end": quiet,
+                       "max": report.tables_max(self.poller.tables, *self.churned),
+                       "quiet_before_end": quiet,
                        "judged": report.tables(tables_start, end_st.get("tables", {}),
                                                (a.tasks, end_st.get("tasks_total", 0)),
                                                (a.workers, end_st.get("workers_total", 0)))},
@@ -307,10 +312,10 @@ class Soak:
             time.sleep(0.1)
 
     def _wait_quiet(self) -> bool:
-        """Until, on both sites, every worker is active, no hand-off, start or stop is in
-        flight, and there is one task process per task and one keeper per agent (bounded by
-        the settle timeout): the end's tables and processes are then what the live tasks and
-        workers hold."""
+        """Until, on both sites, every worker is active, no hand-off, start, stop or planned
+        rebalance is in flight, and there is one task process per task and one keeper per
+        agent (bounded by the settle timeout): the end's tables and processes are then what
+        the live tasks and workers hold."""
         deadline = time.monotonic() + self.args.settle_timeout
         while time.monotonic() < deadline:
             everything = self.run.scan.scan()
@@ -324,7 +329,8 @@ class Soak:
                 quiet = quiet and bool(t) and mine == self.args.tasks and \
                     st["workers_active"] == len(site.workers) and not (
                         t["handoffs"] or t["starts_tasks"] or t["stopping"]
-                        or t["placement_pending"])
+                        or t["placement_pending"] or t["placement_plan_steps"]
+                        or t["placement_plan_arrived"])
             if quiet:
                 return True
             time.sleep(0.2)
