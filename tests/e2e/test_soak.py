@@ -20,8 +20,8 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-# Smaller than the benchmark's defaults and periods shortened, so that a minute holds several
-# of each fault: 8 agent kills, 2 supervisor kills, 3 drains (and a short lease to judge by).
+# Smaller than the benchmark's defaults, periods shortened so that a minute holds several of
+# each fault (about 13 agent kills, 2 supervisor kills, 7 drains), a short lease to judge by.
 ARGS = ["--minutes", "1", "--tasks", "100", "--workers", "4", "--lease", "4", "--margin", "1",
         "--tick", "0.25", "--kill-agent-every", "8", "--drain-every", "16",
         "--kill-supervisor-every", "25", "--sample-every", "2", "--skip-s", "5",
