@@ -15,8 +15,6 @@ from corral.common.errors import ConfigError
 
 from . import config as config_mod
 from . import curve, fdlimit
-from .daemon import Daemon
-from .endpoints import BindError
 
 
 @click.group(cls=OneLineErrors, context_settings=CONTEXT)
@@ -50,6 +48,10 @@ def run(config_path: str | None, **flags: Any) -> None:
         logs.get("corral.supervisor").warning(
             "few open files allowed: each worker connection takes one; raise LimitNOFILE",
             limit=files)
+    # Imported here: the daemon is most of the start-up time, which a bad flag need not pay.
+    from .daemon import Daemon
+    from .endpoints import BindError
+
     try:
         daemon = Daemon(cfg)
         code = daemon.run()
