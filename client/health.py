@@ -28,6 +28,12 @@ class Health:
         self._refused: dict[str, float] = {}  # worker -> when to try it again
         self._lame: set[str] = set()  # workers whose last word was "lame duck"
         self.reports: dict[str, LoadReport] = {}  # each worker's latest load report
+        self._mapped: Mapping[str, WorkerEntry] = {}  # the workers of the current map
+
+    def sizes(self) -> dict[str, int]:
+        """Entries per table (each per worker), for `Router.table_sizes`."""
+        return {"health_refused": len(self._refused), "health_lame": len(self._lame),
+                "health_reports": len(self.reports)}
 
     def _event(self, worker: str, event: BackendEvent) -> None:
         self._balancer.handle(worker, event)
@@ -39,7 +45,10 @@ class Health:
         self._refused[worker] = now + self._retry
 
     def replied(self, worker: str, report: LoadReport, lame_duck: bool) -> None:
-        """A reply from ``worker``: its load report and its lame-duck flag."""
+        """A reply from ``worker``: its load report and its lame-duck flag (ignored when it
+        left the map while the request was in flight: nothing is kept for it)."""
+        if worker not in self._mapped:
+            return
         self.reports[worker] = report
         if lame_duck != (worker in self._lame):
             self._set_lame(worker, lame_duck)
@@ -63,6 +72,7 @@ class Health:
     def new_map(self, old: Mapping[str, WorkerEntry], new: Mapping[str, WorkerEntry]) -> None:
         """The map changed: forget departed workers; take each worker's state where it
         changed (edge-triggered, so a fresher lame-duck flag from a reply is kept)."""
+        self._mapped = new
         self._lame &= new.keys()
         for gone in self.reports.keys() - new.keys():
             del self.reports[gone]

@@ -152,6 +152,11 @@ class BackendTable:
         """Remembered errors as (expires at, backend), to carry over into a new table."""
         return [(at, self.names[i]) for at, i in self._errors]
 
+    @property
+    def remembered(self) -> int:
+        """Errors remembered (within the error window, until the next `expire`)."""
+        return len(self._errors)
+
     def remember_error(self, name: str, expires_at: float) -> None:
         """Re-add a remembered error (after a subset change), in expiry order."""
         i = self.slot[name]

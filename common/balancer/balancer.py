@@ -209,6 +209,12 @@ class Balancer:
     def stats(self) -> dict[str, BackendStats]:
         return {n: self._stats.setdefault(n, BackendStats()) for n in self._table.names}
 
+    def sizes(self) -> dict[str, int]:
+        """Entries per table (per backend of the subset, or per recent error), for a
+        long-running owner to publish."""
+        return {"subset": len(self._table.names), "stats": len(self._stats),
+                "recent_errors": self._table.remembered, **self._weights.sizes()}
+
     def weights(self, now: float) -> list[float]:
         """The weights ``wrr`` would use at ``now``, in slot order."""
         return self._weights.weights(self._table.names, now)
@@ -260,10 +266,11 @@ class Balancer:
             i: int | None = request.slot
         else:  # the subset changed meanwhile: find the backend's new slot, if it stayed
             i = table.slot.get(request.backend)
-        if i is not None:
-            table.finished(i, ok, now)
-            if report is not None:
-                self._weights.report(request.backend, report, now)
+        if i is None:  # it left the subset meanwhile: nothing is kept for it any more
+            return
+        table.finished(i, ok, now)
+        if report is not None:
+            self._weights.report(request.backend, report, now)
         stats = self._stats.get(request.backend)
         if stats is None:
             stats = self._stats[request.backend] = BackendStats()

@@ -208,10 +208,17 @@ class BoundedLoad:
     def release(self, key: str) -> None:
         """Take ``key`` off its node."""
         node = self._placed.pop(key)
-        self._load[node] -= 1
+        n = self._load[node] - 1
+        if n:
+            self._load[node] = n
+        else:  # a node may be gone for good: no entry for it
+            del self._load[node]
 
     def load(self, node: str) -> int:
         return self._load.get(node, 0)
+
+    def sizes(self) -> dict[str, int]:
+        return {"placed": len(self._placed), "loaded_nodes": len(self._load)}
 
     @property
     def assignment(self) -> dict[str, str]:

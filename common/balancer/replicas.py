@@ -50,6 +50,9 @@ class ReplicaChooser:
         self._expiry: deque[tuple[float, str]] = deque()  # (forget at, worker), oldest first
         self.states: dict[str, BackendState] = {}
         self._workers: list[str] = []
+        # The map's workers once `set_workers` was called (None before: every worker counts).
+        # What arrives for a worker not in it (a late reply) changes no count and keeps nothing.
+        self._known: frozenset[str] | None = None
         self._turn = 0
         self._next_adjust = float("-inf")
 
@@ -60,6 +63,8 @@ class ReplicaChooser:
         its weight over (A58: it may be a new process)."""
         was = self.states.get(worker, _HEALTHY)
         state = TRANSITIONS[was, event]
+        if self._known is not None and worker not in self._known:
+            return state
         self.states[worker] = state
         if was is BackendState.REFUSING and state is not BackendState.REFUSING:
             self.weights.reconnected(worker)
@@ -71,11 +76,19 @@ class ReplicaChooser:
     def set_workers(self, workers: Iterable[str]) -> None:
         """The workers of the current map. What was known about the others is dropped
         (requests still in flight there end through `finished` as usual)."""
-        new = sorted(set(workers))
-        for w in set(self._workers).difference(new):
-            self.states.pop(w, None)
-            self.weights.forget(w)
-        self._workers = new
+        keep = self._known = frozenset(workers)
+        # All of `states`, not only the old map's workers: entries made before the first map.
+        for w in [w for w in self.states if w not in keep]:
+            del self.states[w]
+        self.weights.retain(keep)
+        self._workers = sorted(keep)
+
+    def sizes(self) -> dict[str, int]:
+        """Entries per table (each per worker, `_expiry` per recent error), for a long-running
+        owner to publish."""
+        return {"chooser_active": len(self.active), "chooser_errors": len(self.errors),
+                "chooser_error_expiry": len(self._expiry), "chooser_states": len(self.states),
+                "chooser_workers": len(self._workers), **self.weights.sizes()}
 
     # -- requests --------------------------------------------------------------------------
 
@@ -114,10 +127,20 @@ class ReplicaChooser:
             self.active[worker] = n - 1
         else:
             self.active.pop(worker, None)
+        if self._known is not None and worker not in self._known:
+            return  # it left the map while the request was in flight
         if not ok:
             self.errors[worker] = self.errors.get(worker, 0) + 1
             self._expiry.append((now + self.health.error_window, worker))
+            # Here too, not only in a pick among several owners: with single-owner tasks
+            # nothing else would ever expire an error.
+            self._expire(now)
         if report is not None:
+            self.weights.report(worker, report, now)
+
+    def report(self, worker: str, report: LoadReport, now: float) -> None:
+        """A load report that came by another path (a reply to ``call_any``)."""
+        if self._known is None or worker in self._known:
             self.weights.report(worker, report, now)
 
     def _expire(self, now: float) -> None:

@@ -28,7 +28,7 @@ Time is a parameter (``now``); nothing here reads a clock.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 # Bounds of a believable report. Beyond them a figure is a bug or a lie, not a measurement.
@@ -153,6 +153,20 @@ class WeightTracker:
                   self._correction, self._adjusted)  # fmt: skip
         for table in tables:
             table.pop(backend, None)
+
+    def retain(self, backends: Collection[str]) -> None:
+        """Only ``backends`` stay (the owner's current list): a report that came in after its
+        backend left, a late reply, must not keep an entry for good. Every table's keys are
+        among ``_reported_at``'s (a correction needs a trusted report)."""
+        for gone in [b for b in self._reported_at if b not in backends]:
+            self.forget(gone)
+
+    def sizes(self) -> dict[str, int]:
+        """Entries per table, for a long-running owner to publish (each is per backend)."""
+        return {"weight_scores": len(self._score), "weight_reported_at": len(self._reported_at),
+                "weight_since": len(self._since), "weight_utilization": len(self._utilization),
+                "weight_corrections": len(self._correction),
+                "weight_adjusted": len(self._adjusted)}
 
     def reconnected(self, backend: str) -> None:
         """``backend`` accepts connections again after refusing them: it may be a new process,
