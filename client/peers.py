@@ -41,6 +41,9 @@ class Peers:
         self._connect_wait = connect_wait
         self._open: dict[str, Peer] = {}
 
+    def __len__(self) -> int:
+        return len(self._open)
+
     def get(self, worker: str, address: str) -> Peer:
         """The connection to ``worker`` at ``address``, opened (or re-opened) if needed."""
         peer = self._open.get(worker)

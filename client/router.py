@@ -185,6 +185,15 @@ class Router:
             row["in_flight"] = self._chooser.active.get(row["worker"], 0)
         return out
 
+    def table_sizes(self) -> dict[str, int]:
+        """Entries in every per-worker and per-request table of this client (each has a way
+        out: a map without the worker, a reply, ``forget_after``), for a program that runs for
+        weeks to publish and for tests to check."""
+        return {"pending": len(self._pending), "abandoned": len(self._abandoned),
+                "served_by": len(self.served_by), "peers": len(self._peers),
+                **self._health.sizes(), **self._chooser.sizes(),
+                **{f"any_{k}": v for k, v in self._balancer.sizes().items()}}
+
     def close(self) -> None:
         self._peers.close()
         self._control.close()
@@ -320,7 +329,7 @@ class Router:
         if p.via_any is not None:
             self._balancer.release(p.via_any, now, ok, report)
             if report is not None:
-                self._chooser.weights.report(p.worker, report, now)
+                self._chooser.report(p.worker, report, now)
         else:
             self._chooser.finished(p.worker, ok, now, report)
             if report is not None:
@@ -362,6 +371,8 @@ class Router:
         self._balancer.set_backends(workers)
         self._chooser.set_workers(workers)
         self._health.new_map(old.workers, workers)
+        for gone in self.served_by.keys() - workers.keys():  # a count per worker of the map
+            del self.served_by[gone]
 
     def _fetch_map(self, held: RouteMap) -> RouteMap | None:
         """The leader's map, None when ours is current, or `MapUnavailable` saying why not.

@@ -97,13 +97,14 @@ class ReplicaChooser:
         at the flow-control limit (or there are none). ``avoid`` is left out unless it is the
         only candidate (a retry after it answered ``not_owner``)."""
         limit, active = self.health.max_active, self.active
+        if self._expiry:  # here, before the single-owner path: errors must age with time
+            self._expire(now)
         if len(owners) == 1:
             w = owners[0]
             if active.get(w, 0) >= limit:
                 return None
             active[w] = active.get(w, 0) + 1
             return w
-        self._expire(now)
         states = self.states
         tiers: tuple[list[str], list[str], list[str]] = ([], [], [])
         for w in owners:
@@ -132,9 +133,6 @@ class ReplicaChooser:
         if not ok:
             self.errors[worker] = self.errors.get(worker, 0) + 1
             self._expiry.append((now + self.health.error_window, worker))
-            # Here too, not only in a pick among several owners: with single-owner tasks
-            # nothing else would ever expire an error.
-            self._expire(now)
         if report is not None:
             self.weights.report(worker, report, now)
 
