@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 CAPACITY = 10_000
@@ -50,7 +50,10 @@ class EventLog:
         self.events: deque[dict[str, Any]] = deque(maxlen=capacity)
         self.n = 0
         self._moves: deque[float] = deque()  # at_ms of recent moves, oldest first
-        self.handoffs: dict[str, dict[str, Any]] = {}  # task -> the move that started it
+        # task -> the move that started it, oldest first; never more than the supervisor says
+        # are in flight (`settle_handoffs`): one can end without an event (its task removed)
+        self.handoffs: dict[str, dict[str, Any]] = {}
+        self._by_source: dict[str, dict[str, None]] = {}  # old owner -> its tasks in handoffs
 
     def add(self, events: Iterable[dict[str, Any]], now: float,
             wall_ms: float) -> list[dict[str, Any]]:
@@ -76,22 +79,56 @@ class EventLog:
         kind = ev.get("kind")
         if kind == "move":
             self._moves.append(float(ev["at_ms"]))
+            self._prune_moves(float(ev["at_ms"]))
             task = ev.get("task")
             if ev.get("reason") in HANDOFF_REASONS and isinstance(task, str):
+                self._end_handoff(task)  # a task moved again goes to the end: newest
                 self.handoffs[task] = ev
+                source = ev.get("source")
+                if isinstance(source, str):
+                    self._by_source.setdefault(source, {})[task] = None
         elif kind == "handoff":
-            self.handoffs.pop(str(ev.get("task")), None)
+            self._end_handoff(str(ev.get("task")))
+        elif kind in ("timeout", "forget"):  # the supervisor ends what a gone owner released
+            for task in list(self._by_source.get(str(ev.get("worker")), ())):
+                self._end_handoff(task)
         return ev
 
+    def _end_handoff(self, task: str) -> None:
+        ev = self.handoffs.pop(task, None)
+        if ev is None:
+            return
+        source = ev.get("source")
+        tasks = self._by_source.get(source) if isinstance(source, str) else None
+        if tasks is not None:
+            tasks.pop(task, None)
+            if not tasks:
+                del self._by_source[ev["source"]]
+
+    def keep_handoffs(self, tasks: Collection[str]) -> None:
+        """Only ``tasks`` are in a hand-off (the supervisor's complete list of them)."""
+        for task in [t for t in self.handoffs if t not in tasks]:
+            self._end_handoff(task)
+
     def settle_handoffs(self, in_flight: int) -> None:
-        """The supervisor says how many hand-offs are in flight: none means none (one that
-        ended without an event, its new owner gone, is not shown for ever)."""
-        if in_flight == 0:
-            self.handoffs.clear()
+        """The supervisor says how many hand-offs are in flight: never show more (one that
+        ended without an event — its task left the list, its new owner is gone — is not
+        shown for ever); the oldest go first, as the likeliest to have ended so."""
+        while len(self.handoffs) > max(0, in_flight):
+            self._end_handoff(next(iter(self.handoffs)))
+
+    def _prune_moves(self, newest_ms: float) -> None:
+        moves = self._moves
+        while moves and moves[0] < newest_ms - 3_600_000:
+            moves.popleft()  # kept no longer than an hour
+
+    def sizes(self) -> dict[str, int]:
+        """Entries per table, for `Follower.table_sizes`."""
+        return {"events": len(self.events), "moves": len(self._moves),
+                "handoffs": len(self.handoffs), "handoff_sources": len(self._by_source)}
 
     def moves_since(self, since_ms: float) -> int:
-        while self._moves and self._moves[0] < since_ms - 3_600_000:
-            self._moves.popleft()  # kept no longer than an hour
+        self._prune_moves(since_ms)
         return len(self._moves) - bisect.bisect_left(self._moves, since_ms)
 
     def recent(self, limit: int) -> list[dict[str, Any]]:

@@ -43,5 +43,8 @@ class History:
         self._points.append(point)
         return point
 
+    def __len__(self) -> int:
+        return len(self._points)
+
     def points(self) -> list[dict[str, Any]]:
         return list(self._points)

@@ -87,6 +87,8 @@ class Roster:
         if not isinstance(wid, str):
             return Delta()
         r = self.rows.get(wid)
+        if kind == "forget":  # the operator's forget: the row goes now, not at the next listing
+            return Delta(removed=[wid]) if self.rows.pop(wid, None) is not None else Delta()
         if kind == "join" and r is None:
             r = row(wid, max_load=float(ev.get("max_load") or 0.0), state="starting",
                     zone=str(ev.get("zone") or ""))
@@ -110,6 +112,9 @@ class Roster:
             if r["state"] == "inactive":
                 r["state"] = "starting"
         return Delta([dict(r)]) if not _same(before, r) else Delta()
+
+    def sizes(self) -> dict[str, int]:
+        return {"rows": len(self.rows)}
 
     def summary(self) -> dict[str, Any]:
         """Counts by state, and the utilization of the workers that take tasks: mean, max,
