@@ -35,9 +35,10 @@ from .roster import Roster
 from .stream import Hub
 
 MAX_DELTA_ROWS = 500  # more changed rows than this: browsers refetch their page instead
+HANDOFF_PAGE = 2000  # hand-offs in flight the dashboard asks the names of, at most
 WORKER_KINDS = frozenset({"join", "restart", "revive", "timeout", "move", "drain", "undrain",
                           "state", "handoff", "rebalance", "placed", "tasks", "contested",
-                          "refused", "role"})
+                          "refused", "role", "forget"})
 
 
 @dataclass(frozen=True)
@@ -187,15 +188,21 @@ class Follower:
         kept += self.log.add(ans["events"], float(ans["now"]), wall)
         self._found(endpoint)  # after the backlog, so the page reads in order
         changed: dict[str, dict[str, Any]] = {}
+        removed: dict[str, None] = {}
         touched = False
         for ev in kept:
-            for r in self.fleet.apply_event(ev).changed:
+            delta = self.fleet.apply_event(ev)
+            for r in delta.changed:
                 changed[r["id"]] = r
+                removed.pop(r["id"], None)
+            for wid in delta.removed:
+                changed.pop(wid, None)
+                removed[wid] = None
             touched = touched or ev.get("kind") in WORKER_KINDS
         if kept:
             self.hub.publish("events", kept)
-        if changed:
-            self._publish_fleet(list(changed.values()), [], listing=False)
+        if changed or removed:
+            self._publish_fleet(list(changed.values()), list(removed), listing=False)
         if touched:
             self._soon_listing()
         if ans["cursor"] < ans["last"]:
@@ -209,9 +216,19 @@ class Follower:
         self.status = st
         if old is not None and old.get("epoch") != st.get("epoch") and self.cursor is not None:
             self._resync(f"epoch {old.get('epoch')} -> {st.get('epoch')}")
-        self.log.settle_handoffs(int(st.get("handoffs") or 0))
+        await self._settle_handoffs(int(st.get("handoffs") or 0))
         if old is None or {**old, "uptime_s": 0} != {**st, "uptime_s": 0}:
             self._publish_status()
+
+    async def _settle_handoffs(self, in_flight: int) -> None:
+        """Fewer hand-offs in flight than shown: some ended without an event (their task left
+        the task list): ask which are in flight, show only those, never more than the count."""
+        log = self.log
+        if 0 < in_flight < len(log.handoffs) and in_flight <= HANDOFF_PAGE:
+            ans = await self.call("tasks", {"handoffs": True, "limit": HANDOFF_PAGE})
+            if ans.get("next") is None:  # the complete list: the others ended
+                log.keep_handoffs({row["task"] for row in ans["tasks"]})
+        log.settle_handoffs(in_flight)
 
     async def poll_workers(self) -> None:
         started = time.monotonic()
@@ -257,6 +274,12 @@ class Follower:
     def _publish_status(self) -> None:
         self.hub.publish("status", {"status": self.status, "conn": self.conn,
                                     "handoffs": list(self.log.handoffs.values())})
+
+    def table_sizes(self) -> dict[str, int]:
+        """Entries in every per-worker, per-task and per-browser table of the dashboard: each
+        has a way out (a listing, a feed event, the supervisor's counts, a ring's capacity)."""
+        return {**self.fleet.sizes(), **self.log.sizes(), "history": len(self.history),
+                "browsers": len(self.hub)}
 
     def snapshot(self, recent: int = 200) -> dict[str, Any]:
         """What a browser gets first on its stream; deltas follow."""
