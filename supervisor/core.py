@@ -190,8 +190,9 @@ class SupervisorCore:
                 if self.life.running:
                     self.failures.cooled(key[1], key[2])
                     self.rebalancing.want(now)
-            elif key[0] == FORGET:
-                self.registry.forget(key[1])
+            elif key[0] == FORGET:  # said on the feed too: a dashboard drops the row at once
+                if self.registry.forget(key[1]):
+                    self.feed.add("forget", worker=key[1])
         self.registry.prune(now)
         silent = self.registry.expire(now, read_until)
         if silent:

@@ -181,8 +181,10 @@ def test_a_flood_of_made_up_ids_from_one_connection_costs_little_and_goes_away()
     cursor = h.core.feed.last
     h.until(lambda: len(h.core.registry) == 1, limit=30)  # lease + margin, then forgotten
     assert h.core.registry.get("real") is not None and real.lease_until > h.now
-    kinds = {e["kind"] for e in h.core.feed.after(cursor, 5000)["events"]}
-    assert "timeout" not in kinds
+    events = h.core.feed.after(cursor, 5000)["events"]
+    assert "timeout" not in {e["kind"] for e in events}
+    forgotten = {e["worker"] for e in events if e["kind"] == "forget"}  # rows a page drops
+    assert forgotten == {f"ghost-{i}" for i in range(64)}
     # the bucket refills: a minute later new ids get in again
     h.now += 60.0
     Liar(h, "late-ghost", identity=b"one-connection", max_load=1.0).report()
