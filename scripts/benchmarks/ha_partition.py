@@ -1,0 +1,204 @@
+"""scripts/bench ha-partition [-o json]: supervisor HA under one-sided partitions and etcd loss.
+
+etcd, two supervisors and three workers (log handler, journals, --max-load 10) run 12 tasks,
+each in network namespaces of their own on two networks, etcd's and the workers' (see
+_hanet.py); a link set down is a real one-sided cut. Supervisor and worker settings are the
+defaults unless given (--lease 10, --ha-ttl 3, --tick 0.5). Needs root (`ip netns`): without
+it, one line saying so and exit status 2. Each scenario runs on a fresh cluster, --repeat
+times (default 3); the medians are reported, every run beside them.
+
+- etcd cut: the leader's link to etcd down for --hold-etcd s. `etcd_cut_failover_s`: the cut
+  to the standby's `leading` log line.
+- worker cut: the leader's link to the workers down for --hold-workers s (it still reaches
+  etcd). `worker_cut_failover_s`: the cut to the standby's `leading`; `worker_cut_uncovered_s`:
+  the longest any task ran on no worker in the scenario (journals).
+- etcd down: etcd stopped for --etcd-down s (every lease lapses), then started again.
+  `etcd_down_recover_s`: etcd back to every task running again; `revival_moves`: starts after
+  each task's first one since etcd came back (tasks moved once the fleet was back).
+- etcd minority (--minority): three etcd members; the one every supervisor talks to first is
+  cut from its two peers (clients still reach it) for --hold-etcd s.
+
+In every scenario: `double_owner_s`, the time any task ran on two workers under two leaders'
+grants (tokens of different epochs; the worst run) — a make-before-break move of one leader
+is an overlap by design, counted apart (`planned_overlap_s`);
+tasks started or stopped during the cuts ("moved"), and workers' lease lapses. Targets:
+double_owner_s 0 everywhere; worker_cut_uncovered_s <= 2 at the defaults; nothing moved or
+restarted in the cuts; revival_moves <= the fair share + 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from _cluster import fleet_parser
+from _hanet import HaNet, changes, coverage, settle
+from chaostools.netns import unavailable
+
+
+def _other(h: HaNet, sup: str) -> str:
+    return next(s for s in h.sups if s != sup)
+
+
+def _standby_again(h: HaNet, sup: str) -> bool:
+    st = h.status(sup) or {}
+    return st.get("role") == "standby" and not st.get("ha_error")
+
+
+def _judge(h: HaNet, t0: float, t1: float) -> dict[str, Any]:
+    bare, doubled, planned = coverage(h.journal(), t0, t1)
+    return {"moved": changes(h.journal(), t0, t1), "lapses": h.lapses(t0),
+            "uncovered_s": round(max(bare.values(), default=0.0), 3),
+            "double_owner_s": round(sum(doubled.values()), 3),
+            "planned_overlap_s": round(sum(planned.values()), 3)}
+
+
+def cut(h: HaNet, network: str, hold: float) -> dict[str, Any]:
+    """The leader's link to ``network`` down for ``hold`` s, then up again."""
+    leader = h.leader()
+    standby = _other(h, leader)
+    t0 = time.monotonic()
+    h.nets.cut(h.sups[leader], network)
+    try:
+        led = settle(lambda: h.log_times(standby, "leading", t0), timeout=hold)
+    except TimeoutError:  # the standby never led
+        led = []
+    rest = t0 + hold - time.monotonic()
+    if rest > 0:
+        time.sleep(rest)
+    h.nets.heal(h.sups[leader], network)
+    with contextlib.suppress(TimeoutError):  # recorded below
+        settle(lambda: _standby_again(h, leader), timeout=30)
+    time.sleep(h.lease / 2)  # a report round after the heal: what moves, moves now
+    out = _judge(h, t0, time.monotonic())
+    out["failover_s"] = round(led[0] - t0, 3) if led else None
+    out["old_leader_standby"] = _standby_again(h, leader)
+    return out
+
+
+def etcd_down(h: HaNet, down: float) -> dict[str, Any]:
+    h.leader()
+    t0 = h.stop("etcd-0")
+    time.sleep(down)
+    h.start_etcd(0)
+    t1 = time.monotonic()
+    settle(lambda: len(h.owners()) == h.tasks, timeout=60)
+    # Settled: nothing started or stopped for a whole lease (the rebalance passes are over).
+    settle(lambda: not [e for e in h.journal() if e["t"] > time.monotonic() - h.lease],
+           timeout=120)
+    journal = h.journal()
+    firsts: dict[str, float] = {}
+    moves = 0
+    for e in journal:
+        if e["t"] >= t1 and e["event"] == "start":
+            if e["task"] in firsts:
+                moves += 1
+            firsts.setdefault(e["task"], e["t"])
+    out = _judge(h, t0, time.monotonic())
+    out["recover_s"] = round(max(firsts.values()) - t1, 3) if firsts else 0.0
+    out["revival_moves"] = moves
+    return out
+
+
+def minority(h: HaNet, hold: float) -> dict[str, Any]:
+    h.leader()
+    t0 = time.monotonic()
+    h.nets.cut(h.etcd[0], "peers")
+    time.sleep(hold)
+    h.nets.heal(h.etcd[0], "peers")
+    h.leader()
+    time.sleep(h.lease / 2)
+    out = _judge(h, t0, time.monotonic())
+    led = sorted(t for s in h.sups for t in h.log_times(s, "leading", t0))
+    out["failover_s"] = round(led[0] - t0, 3) if led else None
+    return out
+
+
+def runs(n: int, make: Callable[[], HaNet], scenario: Callable[[HaNet], dict[str, Any]]
+         ) -> list[dict[str, Any]]:
+    out = []
+    for _ in range(n):
+        h = make()
+        try:
+            h.start()
+            out.append(scenario(h))
+        finally:
+            h.close()
+            shutil.rmtree(h.dir, ignore_errors=True)
+    return out
+
+
+def _median(rs: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in rs if r.get(key) is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def main() -> None:
+    ap = fleet_parser(__doc__, tasks=12, workers=3)
+    ap.add_argument("--lease", type=float, default=10.0, help="--lease (the default)")
+    ap.add_argument("--ttl", type=float, default=3.0, help="--ha-ttl (the default)")
+    ap.add_argument("--tick", type=float, default=0.5, help="--tick (the default)")
+    ap.add_argument("--hold-etcd", type=float, default=10.0)
+    ap.add_argument("--hold-workers", type=float, default=25.0)
+    ap.add_argument("--etcd-down", type=float, default=15.0)
+    ap.add_argument("--minority", action="store_true", help="also cut an etcd minority")
+    ap.add_argument("--only", choices=["etcd-cut", "worker-cut", "etcd-down", "minority"])
+    args = ap.parse_args()
+    why = unavailable()
+    if why:
+        print(f"scripts/bench ha-partition: {why}; run it as root", file=sys.stderr)
+        sys.exit(2)
+
+    def make(members: int = 1) -> Callable[[], HaNet]:
+        return lambda: HaNet(args.tasks, lease=args.lease, ttl=args.ttl, tick=args.tick,
+                             workers=args.workers, etcd_members=members)
+
+    plan: dict[str, tuple[Callable[[], HaNet], Callable[[HaNet], dict[str, Any]]]] = {
+        "etcd-cut": (make(), lambda h: cut(h, "etcd", args.hold_etcd)),
+        "worker-cut": (make(), lambda h: cut(h, "workers", args.hold_workers)),
+        "etcd-down": (make(), lambda h: etcd_down(h, args.etcd_down)),
+    }
+    if args.minority or args.only == "minority":
+        plan["minority"] = (make(3), lambda h: minority(h, args.hold_etcd))
+    results = {name: runs(args.repeat, mk, sc) for name, (mk, sc) in plan.items()
+               if args.only in (None, name)}
+    every = [r for rs in results.values() for r in rs]
+    ec, wc, ed = (results.get(k, []) for k in ("etcd-cut", "worker-cut", "etcd-down"))
+    out: dict[str, Any] = {
+        "lease_s": args.lease, "ttl_s": args.ttl, "tick_s": args.tick, "tasks": args.tasks,
+        "workers": args.workers,
+        "etcd_cut_failover_s": _median(ec, "failover_s"),
+        "worker_cut_failover_s": _median(wc, "failover_s"),
+        "worker_cut_uncovered_s": _median(wc, "uncovered_s"),
+        "etcd_down_recover_s": _median(ed, "recover_s"),
+        "revival_moves": _median(ed, "revival_moves"),
+        "double_owner_s": max((r["double_owner_s"] for r in every), default=None),
+        "fair_share_plus_1": math.ceil(args.tasks / args.workers) + 1,
+        "runs": results,
+    }
+    if "minority" in results:
+        out["etcd_minority_failover_s"] = _median(results["minority"], "failover_s")
+        out["etcd_minority_uncovered_s"] = _median(results["minority"], "uncovered_s")
+    if args.output == "json":
+        print(json.dumps(out, indent=2))
+        return
+    print(f"2 supervisors, {args.workers} workers, {args.tasks} tasks; lease {args.lease:g} s, "
+          f"TTL {args.ttl:g} s, tick {args.tick:g} s; medians of {args.repeat}")
+    for name, rs in results.items():
+        print(f"  {name}:")
+        for r in rs:
+            print("    " + ", ".join(f"{k} {v}" for k, v in r.items()))
+    for k, v in out.items():
+        if k != "runs":
+            print(f"  {k}: {v}")
+
+
+if __name__ == "__main__":
+    main()
