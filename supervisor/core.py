@@ -16,6 +16,7 @@ The core is a composition of parts with one job each, wired here and nowhere els
   `Failures` — failing tasks move; `Rebalancing` — budgeted passes toward balance;
 * `Reconciler` — does a worker run what it should, did it get what was sent;
 * `Dispatch` — builds, numbers, tokens and sends instruction sets (only while leading);
+* `Hearing` — how many workers this supervisor hears (HA compares it among supervisors);
 * `Feed` — the change feed; `Queries` — the read-only views, from the parts' read methods.
 
 Data flows one way: a part returns what it decided, or writes it to the one `Effects` object,
@@ -51,6 +52,7 @@ from .events import (
 )
 from .failures import INCLUDE, Failures
 from .feed import Feed
+from .hearing import HEARD, Hearing
 from .intake import Intake
 from .lifecycle import Lifecycle, Phase, RoleChange
 from .queries import Queries
@@ -93,6 +95,7 @@ class SupervisorCore:
         self.intake = Intake(config, counters, life, self.registry, self.assigner,
                              self.failures, self.starts, self.reconciler, self.dispatch,
                              self.rebalancing, feed, effects)
+        self.hearing = Hearing(config, self.registry, effects, self.wheel, now)
         self.rebuilding: Rebuild | None = None  # the warm-up's rebuild, while in slices
         self.rebuild_slice = SLICE
         self.queries = Queries(config, life, counters, feed, self.registry, self.assigner,
@@ -186,6 +189,8 @@ class SupervisorCore:
             elif key == SETTLE:  # the arrivals of a settle window share what was pending
                 self.assigner.settled()
                 self.rebalancing.want(now)
+            elif key == HEARD:
+                self.hearing.recount(read_until)
             elif key[0] == INCLUDE:
                 if self.life.running:
                     self.failures.cooled(key[1], key[2])
@@ -344,7 +349,14 @@ class SupervisorCore:
                 self.dispatch.start_over(rec)
                 self.reconciler.start_over(rec)
                 self.intake.unsettle(rec)
-            self.effects.log("info", "leading", {"epoch": self.life.epoch,
+            # Renewals at once, in the new epoch, to every worker heard: a leader cut off from
+            # the workers may have left their leases short (docs/supervisor.md, timing math).
+            hears, renew, renewed = self.hearing.hears, self.dispatch.renew, 0
+            for rec in self.registry:
+                if hears(rec, now):
+                    renew(rec, now)
+                    renewed += 1
+            self.effects.log("info", "leading", {"epoch": self.life.epoch, "renewed": renewed,
                                                  "workers": self.registry.active})
             self.feed.add("role", role="leader", epoch=self.life.epoch)
             if self.life.warm:

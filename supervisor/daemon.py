@@ -44,6 +44,7 @@ from .events import (
     Continue,
     Event,
     Fetch,
+    Heard,
     Log,
     PeerGone,
     PersistEpoch,
@@ -186,7 +187,7 @@ class Daemon:
             self.wake()
 
         election = Election(parse_endpoints(cfg.ha), cfg.ha_key, cfg.ha_ttl, info, notify,
-                            self.log)
+                            self.log, heard=self.core.hearing.count)
         election.start()
         return election
 
@@ -216,6 +217,16 @@ class Daemon:
             wait = min(wait, max_wait)
         ready = dict(self.poller.poll(int(wait * 1000) + (1 if wait > 0 else 0)))
         now = self.clock()
+        core = self.core
+        # Before anything is read or answered: a leader past its etcd deadline stops (a frozen
+        # process wakes with reports waiting), and what the election decided counts first.
+        if core.life.deadline_passed(now):
+            self._step(Tick(self._read_until), now)
+        while self._roles:
+            role = self._roles.popleft()
+            self._step(RoleChanged(role), now)
+            if not role.leader and self.election is not None:
+                self.election.demoted()  # a resigning leader waits for this
         handled = self._drain_workers(now) if self.router in ready else 0
         if handled < MAX_BATCH:  # no report waits unread: silence may be judged up to now
             self._read_until = now
@@ -223,12 +234,9 @@ class Daemon:
             self._execute(self.controls.serve(self.core, now))
         if self._wake_fd in ready:
             self.endpoints.drain_wake()
-        core = self.core
         while self._signals:
             verb, args = verbs.SIGNALS[self._signals.popleft()]
             self._execute(verbs.call(core, verb, dict(args), now)[2])
-        while self._roles:
-            self._step(RoleChanged(self._roles.popleft()), now)
         fetched = bool(self.fetcher.results)
         while self.fetcher.results:
             self._step(self.fetcher.results.popleft(), now)
@@ -358,6 +366,9 @@ class Daemon:
                 getattr(log, a.level)(a.event, **a.fields)
             elif type(a) is Fetch:
                 self.fetcher.request(a.reset)
+            elif type(a) is Heard:
+                if self.election is not None:
+                    self.election.heard(a.count)
             elif type(a) is PersistEpoch:
                 epochs.save(self.epoch_path, a.epoch)
             elif type(a) is Stop:

@@ -1,10 +1,10 @@
 """What one event decided, gathered while the core handles it; only the core drains it.
 
 Parts write here what they decided — lines for the log, sets to send, a task query, an epoch to
-persist, a stop — and the changes to the desired assignment (`changes`: one `Changes`). The
-core turns the changes into instruction sets at the event's end and hands the actions to the
-daemon (`take`). While a batch of reports is open (`holding`) every action waits for its end,
-in order, so a batch's renewals leave together. One object for the core's life.
+persist, a stop, the heard count (HA) — and the changes to the desired assignment (`changes`:
+one `Changes`). The core turns the changes into instruction sets at the event's end and hands
+the actions to the daemon (`take`). While a batch of reports is open (`holding`) every action
+waits for its end, in order, so a batch's renewals leave together. One object for the core's life.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from corral.common.wire.protocol import Instructions, Refusal, Renewal
 
 from .changes import Changes
-from .events import Action, Fetch, Log, PersistEpoch, Send, Stop
+from .events import Action, Fetch, Heard, Log, PersistEpoch, Send, Stop
 
 _NONE: list[Action] = []
 _NO_FIELDS: Mapping[str, Any] = {}
@@ -43,6 +43,9 @@ class Effects:
 
     def stop(self, reason: str) -> None:
         self.actions.append(Stop(reason))
+
+    def heard(self, count: int) -> None:
+        self.actions.append(Heard(count))
 
     def hold(self) -> None:
         """A batch opens: actions wait for `release`."""

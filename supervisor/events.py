@@ -138,6 +138,13 @@ class Stop(_Frozen, frozen=True):
     reason: str
 
 
+class Heard(_Frozen, frozen=True):
+    """HA: how many workers this supervisor hears now (supervisor/hearing.py), for the election
+    thread to publish and compare."""
+
+    count: int
+
+
 class Log(_Frozen, frozen=True):
     """A line for the daemon's log (the core does no I/O)."""
 
@@ -146,4 +153,4 @@ class Log(_Frozen, frozen=True):
     fields: Mapping[str, Any] = msgspec.field(default_factory=dict)
 
 
-Action = Send | Fetch | PersistEpoch | Stop | Log
+Action = Send | Fetch | PersistEpoch | Stop | Log | Heard

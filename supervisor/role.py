@@ -9,7 +9,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Role:
-    """What the election decided. ``leader_until`` (monotonic) is when a leader must stop."""
+    """What the election decided. ``leader_until`` (monotonic) is when a leader must stop;
+    ``heard`` is how many workers each member hears, as published in etcd (ours included)."""
 
     leader: bool
     epoch: int = 0
@@ -17,3 +18,4 @@ class Role:
     leader_info: dict[str, Any] | None = None
     members: tuple[str, ...] = ()
     error: str | None = None
+    heard: tuple[tuple[str, int], ...] = ()

@@ -74,6 +74,7 @@ def _ha(q: Queries) -> dict[str, Any]:
         "leader_control": cfg.control if leading else info.get("control"),
         "standbys": [m for m in members if m != (me if leading else leader)],
         "ha_error": role.error if role else None,
+        "heard": dict(role.heard) if role else {},  # workers each member hears (leadrule.py)
     }
 
 

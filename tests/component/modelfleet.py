@@ -25,6 +25,7 @@ from corral.supervisor.core import SupervisorCore
 from corral.supervisor.events import (
     Continue,
     Fetch,
+    Heard,
     PersistEpoch,
     RawReport,
     Send,
@@ -183,6 +184,7 @@ class Harness:
         self.sent: list[tuple[str, Instructions | Refusal]] = []
         self.fetches = 0
         self.persisted: list[int] = []
+        self.heard: list[int] = []  # the counts handed to the election (HA), in order
         self.stopped: str | None = None
         self.logs: list[tuple[str, str]] = []
         self.log_fields: dict[str, dict[str, Any]] = {}  # event -> the fields it last had
@@ -220,6 +222,8 @@ class Harness:
                 self.persisted.append(a.epoch)
             elif isinstance(a, Stop):
                 self.stopped = a.reason
+            elif isinstance(a, Heard):
+                self.heard.append(a.count)
             else:
                 self.logs.append((a.level, a.event))
                 self.log_fields[a.event] = dict(a.fields)

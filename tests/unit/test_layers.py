@@ -136,8 +136,9 @@ def test_no_import_cycles() -> None:
 STATE_MACHINES = [
     *(f"supervisor/{n}.py" for n in (
         "assigner", "changes", "core", "counters", "dispatch", "effects", "events", "failures",
-        "feed", "handoffs", "intake", "lifecycle", "queries", "rebalancing", "rebuild",
-        "reconciler", "records", "registry", "role", "taskbook", "verbs", "views")),
+        "feed", "handoffs", "hearing", "intake", "leadrule", "lifecycle", "queries",
+        "rebalancing", "rebuild", "reconciler", "records", "registry", "role", "taskbook",
+        "verbs", "views")),
     *(str(p.relative_to(ROOT)) for n in ("state", "events", "assembly", "sets")
       for p in [ROOT / "worker" / f"{n}.py"] if p.exists()),
 ]
