@@ -15,8 +15,10 @@ times (default 3); the medians are reported, every run beside them.
 - etcd down: etcd stopped for --etcd-down s (every lease lapses), then started again.
   `etcd_down_recover_s`: etcd back to every task running again; `revival_moves`: starts after
   each task's first one since etcd came back (tasks moved once the fleet was back).
-- etcd minority (--minority): three etcd members; the one every supervisor talks to first is
-  cut from its two peers (clients still reach it) for --hold-etcd s.
+- standby cut: the standby's link to the workers down for --hold-workers s: leadership must
+  not move (`leader_changes` 0), nor any task.
+- etcd minority: three etcd members; the one every supervisor talks to first is cut from its
+  two peers (clients still reach it) for --hold-etcd s (`--no-minority` skips it).
 
 In every scenario: `double_owner_s`, the time any task ran on two workers under two leaders'
 grants (tokens of different epochs; the worst run) — a make-before-break move of one leader
@@ -80,6 +82,28 @@ def cut(h: HaNet, network: str, hold: float) -> dict[str, Any]:
     out = _judge(h, t0, time.monotonic())
     out["failover_s"] = round(led[0] - t0, 3) if led else None
     out["old_leader_standby"] = _standby_again(h, leader)
+    return out
+
+
+def standby_cut(h: HaNet, hold: float) -> dict[str, Any]:
+    """The standby's link to the workers down for ``hold`` s: nothing may change."""
+    leader = h.leader()
+    standby = _other(h, leader)
+    t0 = time.monotonic()
+    h.nets.cut(h.sups[standby], "workers")
+    settle(lambda: (h.status(standby) or {}).get("heard", {}).get(standby) == 0, timeout=hold)
+    unheard = time.monotonic() - t0
+    rest = t0 + hold - time.monotonic()
+    if rest > 0:
+        time.sleep(rest)
+    h.nets.heal(h.sups[standby], "workers")
+    settle(lambda: (h.status(standby) or {}).get("heard", {}).get(standby) == len(h.workers),
+           timeout=60)
+    time.sleep(h.lease / 2)
+    out = _judge(h, t0, time.monotonic())
+    out["unheard_s"] = round(unheard, 3)  # the cut to the standby publishing 0 (polled)
+    out["leader_changes"] = sum(len(h.log_times(s, "leading", t0)) for s in h.sups)
+    out["leader_kept"] = h.leader() == leader
     return out
 
 
@@ -148,8 +172,9 @@ def main() -> None:
     ap.add_argument("--hold-etcd", type=float, default=10.0)
     ap.add_argument("--hold-workers", type=float, default=25.0)
     ap.add_argument("--etcd-down", type=float, default=15.0)
-    ap.add_argument("--minority", action="store_true", help="also cut an etcd minority")
-    ap.add_argument("--only", choices=["etcd-cut", "worker-cut", "etcd-down", "minority"])
+    ap.add_argument("--no-minority", action="store_true", help="skip the etcd-minority runs")
+    ap.add_argument("--only", choices=["etcd-cut", "worker-cut", "standby-cut", "etcd-down",
+                                       "minority"])
     args = ap.parse_args()
     why = unavailable()
     if why:
@@ -163,9 +188,10 @@ def main() -> None:
     plan: dict[str, tuple[Callable[[], HaNet], Callable[[HaNet], dict[str, Any]]]] = {
         "etcd-cut": (make(), lambda h: cut(h, "etcd", args.hold_etcd)),
         "worker-cut": (make(), lambda h: cut(h, "workers", args.hold_workers)),
+        "standby-cut": (make(), lambda h: standby_cut(h, args.hold_workers)),
         "etcd-down": (make(), lambda h: etcd_down(h, args.etcd_down)),
     }
-    if args.minority or args.only == "minority":
+    if not args.no_minority:
         plan["minority"] = (make(3), lambda h: minority(h, args.hold_etcd))
     results = {name: runs(args.repeat, mk, sc) for name, (mk, sc) in plan.items()
                if args.only in (None, name)}
@@ -183,6 +209,10 @@ def main() -> None:
         "fair_share_plus_1": math.ceil(args.tasks / args.workers) + 1,
         "runs": results,
     }
+    if "standby-cut" in results:
+        sc = results["standby-cut"]
+        out["standby_cut_leader_changes"] = max(r["leader_changes"] for r in sc)
+        out["standby_cut_uncovered_s"] = _median(sc, "uncovered_s")
     if "minority" in results:
         out["etcd_minority_failover_s"] = _median(results["minority"], "failover_s")
         out["etcd_minority_uncovered_s"] = _median(results["minority"], "uncovered_s")

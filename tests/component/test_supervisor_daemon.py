@@ -231,3 +231,78 @@ def test_a_control_request_ends_the_coalescing_pause(tmp_path: Path) -> None:
         req.close(0)
         ctx.term()
         d.close()
+
+
+class FakeElection:
+    """What the daemon tells the election thread: the heard counts, and stand-downs."""
+
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+        self.demotions = 0
+
+    def heard(self, count: int) -> None:
+        self.counts.append(count)
+
+    def demoted(self) -> None:
+        self.demotions += 1
+
+    def stop(self) -> None:
+        pass
+
+
+def test_a_leader_past_its_deadline_answers_no_report_it_wakes_to(tmp_path: Path) -> None:
+    """HA: the loop hands the heard count to the election and says when it stood down; and a
+    leader whose etcd deadline passed while it could not run (frozen) stops before it reads
+    the reports waiting for it — it answers none of them."""
+    import zmq
+
+    from corral.common.wire import codec
+    from corral.common.wire.protocol import HA_EPOCH_BASE, Status
+    from corral.supervisor.role import Role
+
+    (tmp_path / "tasks.txt").write_text("a\n")
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    cfg = SupervisorConfig(bind=bind, control=f"tcp://127.0.0.1:{free_port()}",
+                           tasks=f"file:{tmp_path / 'tasks.txt'}", warmup=60.0, tick=0.5,
+                           ha="etcd://127.0.0.1:1", ha_ttl=3.0, lease=10.0,
+                           state_file=str(tmp_path / "epoch"))
+    clock = FakeClock(100.0)
+    d = Daemon(cfg, clock=clock, sleep=lambda s: None)
+    election = FakeElection()
+    d.election = election  # type: ignore[assignment]
+    ctx = zmq.Context()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.IDENTITY, b"w1@1")
+    dealer.connect(bind)
+    seq = 0
+
+    def report() -> None:
+        nonlocal seq
+        seq += 1
+        dealer.send(codec.encode(Status("w1", 1, seq, clock(), 10.0, {})))
+
+    def step_until(cond: object) -> None:
+        for _ in range(200):
+            d.step(max_wait=0.05)
+            if cond():  # type: ignore[operator]
+                return
+        raise AssertionError("not reached")
+
+    try:
+        d._roles.append(Role(True, HA_EPOCH_BASE + 7, clock() + 2.0))
+        report()
+        step_until(lambda: dealer.poll(0))  # a leader answers: a renewal
+        assert codec.decode(dealer.recv()).epoch == HA_EPOCH_BASE + 7  # type: ignore[union-attr]
+        clock.now += 0.5
+        step_until(lambda: election.counts == [1])  # counted at the tick, handed over
+        clock.now += 5.0  # frozen past its deadline, with a report waiting
+        report()
+        step_until(lambda: d.io.messages_in >= 2)
+        assert not d.core.life.leader and d.io.messages_out == 1
+        assert dealer.poll(200) == 0, "a deposed leader answered a report"
+        d._roles.append(Role(False, error="the etcd lease or the leader key is gone"))
+        step_until(lambda: election.demotions == 1)
+    finally:
+        dealer.close(0)
+        ctx.term()
+        d.close()

@@ -19,7 +19,7 @@ import zmq
 
 from corral.common.wire import codec
 from corral.common.wire.protocol import Instructions, Refusal, Status, WorkerState
-from corral.worker.sets import SetApplier
+from corral.worker.sets import SetApplier, unwanted
 
 
 @dataclass
@@ -41,6 +41,7 @@ class FakeWorker:
     sets: SetApplier = field(init=False)
     reset_seq: dict[int, int] = field(default_factory=dict)  # epoch -> our seq at its reset
     answered: tuple[int, int] = (0, 0)  # (epoch, our report's seq) the last set answered
+    starts: list[tuple[float, str, int]] = field(default_factory=list)  # (t, task, token)
 
     def __post_init__(self) -> None:
         self.sets = SetApplier(self.incarnation)
@@ -85,6 +86,8 @@ class FakeWorker:
                 self.reset_seq.setdefault(out.whole.epoch, self.seq)
         if had:
             self.changes += len(out.started) + len(out.stopped)
+        now, tokens = time.monotonic(), self.running
+        self.starts += [(now, t, tokens[t]) for t in out.started]
         return out.changed
 
     def settled(self, epoch: int) -> bool:
@@ -95,11 +98,16 @@ class FakeWorker:
 
 
 class Fleet:
-    """Fake workers reporting to one supervisor, or to several (HA: one DEALER each)."""
+    """Fake workers reporting to one supervisor, or to several (HA: one DEALER each); from
+    inside a network namespace when given one (its thread enters it before making a socket).
+    Every frame a worker receives is recorded with what became of it (`outcomes`)."""
 
-    def __init__(self, endpoint: str | list[str], interval: float = 0.5) -> None:
+    def __init__(self, endpoint: str | list[str], interval: float = 0.5,
+                 netns: str | None = None) -> None:
         self.endpoints = [endpoint] if isinstance(endpoint, str) else list(endpoint)
         self.interval = interval
+        self.netns = netns
+        self._outcomes: list[tuple[float, str, str]] = []  # (t, endpoint, applied | why not)
         self.workers: list[FakeWorker] = []
         self._pending: list[FakeWorker] = []
         self._received: dict[str, int] = dict.fromkeys(self.endpoints, 0)  # frames, per endpoint
@@ -127,6 +135,12 @@ class Fleet:
         with self._lock:
             return self._received[endpoint]
 
+    def outcomes(self, endpoint: str, since: float) -> list[str]:
+        """What became of each frame from ``endpoint`` received at ``since`` or later:
+        "applied", "refusal", or why it was dropped ("sets_stale", "sets_foreign")."""
+        with self._lock:
+            return [o for t, ep, o in self._outcomes if ep == endpoint and t >= since]
+
     def owners(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         with self._lock:
@@ -137,6 +151,10 @@ class Fleet:
         return out
 
     def _run(self) -> None:
+        if self.netns is not None:
+            from chaostools.netns import enter
+
+            enter(self.netns)  # this thread, and the context's I/O threads it starts
         ctx = zmq.Context()
         poller = zmq.Poller()
         owner: dict[Any, tuple[FakeWorker, str]] = {}
@@ -177,6 +195,9 @@ class Fleet:
                         if w.silent:
                             continue
                         msg = codec.decode(frame)
+                        why = "refusal" if isinstance(msg, Refusal) else unwanted(
+                            msg, w.incarnation, w.applied)  # type: ignore[arg-type]
+                        self._outcomes.append((time.monotonic(), endpoint, why or "applied"))
                         before = w.applied
                         changed = w.apply(msg)  # type: ignore[arg-type]
                         if w.applied != before:
