@@ -13,8 +13,9 @@ HA roles (supervisor/ha.py decides; this only records and answers "may I act?"):
 
     standby -> leader    promoted: a new epoch (etcd's fencing token); a standby that has
                          already heard the workers for a whole warm-up queries at once
-    leader  -> standby   demoted (etcd lease lost, or the local deadline passed): stop sending
-                         at once and forget the assignment
+    leader  -> standby   demoted (etcd lease lost, the local deadline passed, or resigned: a
+                         standby hears clearly more workers): stop sending at once and forget
+                         the assignment
 
 Without --ha a supervisor is always the leader, and its epoch comes from its state file; it may
 still rise above any epoch a worker reports having seen, until it has said anything of substance.
