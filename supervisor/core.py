@@ -351,11 +351,7 @@ class SupervisorCore:
                 self.intake.unsettle(rec)
             # Renewals at once, in the new epoch, to every worker heard: a leader cut off from
             # the workers may have left their leases short (docs/supervisor.md, timing math).
-            hears, renew, renewed = self.hearing.hears, self.dispatch.renew, 0
-            for rec in self.registry:
-                if hears(rec, now):
-                    renew(rec, now)
-                    renewed += 1
+            renewed = self.dispatch.renew_all(self.hearing.heard(now), now)
             self.effects.log("info", "leading", {"epoch": self.life.epoch, "renewed": renewed,
                                                  "workers": self.registry.active})
             self.feed.add("role", role="leader", epoch=self.life.epoch)

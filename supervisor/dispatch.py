@@ -142,6 +142,14 @@ class Dispatch:
             life.epoch, rec.out_seq, rec.incarnation, self._lease, rec.last_seq,
             rec.seen_sent_at, rec.drained))
 
+    def renew_all(self, recs: Iterable[WorkerRecord], now: float) -> int:
+        """A bare renewal to each of ``recs``; how many."""
+        n = 0
+        for rec in recs:
+            self.renew(rec, now)
+            n += 1
+        return n
+
     def _tokens(self, rec: WorkerRecord, adds: tuple[str, ...],
                 respec: Mapping[str, None] | None) -> dict[str, int]:
         running = rec.status.running

@@ -16,6 +16,7 @@ nothing is counted.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from corral.common.timers import TimerWheel
@@ -43,6 +44,10 @@ class Hearing:
     def hears(self, rec: WorkerRecord, judged: float) -> bool:
         """Whether ``rec`` counts as heard as of ``judged``."""
         return rec.active and rec.last_received >= judged - self.window
+
+    def heard(self, judged: float) -> Iterator[WorkerRecord]:
+        """The workers heard as of ``judged``."""
+        return (r for r in self._registry if self.hears(r, judged))
 
     def recount(self, judged: float) -> int:
         """Count again, as of ``judged`` (reports sent later may wait unread); the daemon is
