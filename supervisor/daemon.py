@@ -220,8 +220,8 @@ class Daemon:
         core = self.core
         # Before anything is read or answered: a leader past its etcd deadline stops (a frozen
         # process wakes with reports waiting), and what the election decided counts first.
-        if core.life.deadline_passed(now):
-            self._step(Tick(self._read_until), now)
+        if core.life.deadline_passed(now):  # (not a Tick: that judges silences, unread yet)
+            self._roles.appendleft(Role(False, error="the leader's etcd deadline passed"))
         while self._roles:
             role = self._roles.popleft()
             self._step(RoleChanged(role), now)

@@ -299,9 +299,10 @@ def test_a_leader_past_its_deadline_answers_no_report_it_wakes_to(tmp_path: Path
         report()
         step_until(lambda: d.io.messages_in >= 2)
         assert not d.core.life.leader and d.io.messages_out == 1
+        assert election.demotions == 1  # it told the election it stood down
         assert dealer.poll(200) == 0, "a deposed leader answered a report"
         d._roles.append(Role(False, error="the etcd lease or the leader key is gone"))
-        step_until(lambda: election.demotions == 1)
+        step_until(lambda: election.demotions == 2)
     finally:
         dealer.close(0)
         ctx.term()
