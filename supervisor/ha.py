@@ -160,14 +160,14 @@ class Election:
         self._published = None
         self._publish()
         while not self._stop.is_set():
-            rows = c.get(self.key, metadata=True)
-            if rows:
-                self._stand_by(rows[0])
+            leader, revision = self._read_key()
+            if leader is not None:
+                self._stand_by(leader, revision)
                 continue
             members = self._members()
             ahead = better(self._heard, self._others(members))
             if ahead is not None:
-                self._defer(ahead, members)
+                self._defer(ahead, members, revision)
                 continue
             self._deferring = False
             self._keep()  # the deadline counts from a keep-alive sent just now
@@ -283,7 +283,8 @@ class Election:
         })
         self._deferring = True  # logged above; the next look at the key defers quietly
 
-    def _defer(self, ahead: tuple[str, int], members: dict[str, int | None]) -> None:
+    def _defer(self, ahead: tuple[str, int], members: dict[str, int | None],
+               revision: int) -> None:
         """The key is vacant, but ``ahead`` hears clearly more workers: let it take the key;
         look again when the key changes, or after a keep-alive period."""
         if not self._deferring:
@@ -294,20 +295,31 @@ class Election:
         self._keep()
         self._publish()
         with contextlib.suppress(self._watch_timeout):
-            self._client.watch_once(self.key, timeout=self.ttl / 3)
+            self._client.watch_once(self.key, timeout=self.ttl / 3, start_revision=revision + 1)
 
-    def _stand_by(self, row: tuple[bytes, dict[str, Any]]) -> None:
-        value, meta = row
+    def _read_key(self) -> tuple[dict[str, Any] | None, int]:
+        """The leader key's value (None: vacant), and the store's revision as it was read."""
+        from etcd3gw.utils import _decode, _encode
+
+        c = self._client
+        out = c.post(c.get_url("/kv/range"), json={"key": _encode(self.key.encode())})
+        kvs = out.get("kvs") or []
+        value = json.loads(_decode(kvs[0]["value"])) if kvs else None
+        return value, int(out["header"]["revision"])
+
+    def _stand_by(self, leader: dict[str, Any], revision: int) -> None:
         self._deferring = False
         members = self._members()
-        self.notify(Role(False, leader_info=json.loads(value), members=tuple(sorted(members)),
+        self.notify(Role(False, leader_info=leader, members=tuple(sorted(members)),
                          heard=self._counts(members)))
         self._keep()
         self._publish()
-        # Wake on any change of the key after the one read, or every TTL/3 to keep our lease.
+        # Wake on any change of the key since it was read (a delete just after the read is not
+        # missed; that revision is the store's latest, never compacted), or every TTL/3 to keep
+        # our lease.
         with contextlib.suppress(self._watch_timeout):
             self._client.watch_once(self.key, timeout=self.ttl / 3,
-                                    start_revision=int(meta.get("mod_revision", 0)) + 1)
+                                    start_revision=revision + 1)
 
     def _members(self) -> dict[str, int | None]:
         """Every member's name and the count it published (None: it publishes none)."""
