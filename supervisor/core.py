@@ -342,15 +342,19 @@ class SupervisorCore:
         """The election decided: promote (a standby that already heard the workers for a
         whole warm-up queries at once and rebuilds from their reports, so nothing moves or
         restarts), demote (stop sending at once; forget the assignment), or renew."""
+        before = self.life.epoch
         change = self.life.on_role(role)
         if change is RoleChange.PROMOTED:
-            self.dispatch.new_epoch()
-            for rec in self.registry:  # sets are numbered afresh in the new epoch
-                self.dispatch.start_over(rec)
+            # Back in its own epoch (a late keep-alive held the key after its deadline): sets
+            # and grants number on, else the workers would drop them as stale.
+            same = self.life.epoch == before
+            if not same:
+                self.dispatch.new_epoch()
+            for rec in self.registry:  # sets are numbered afresh in a new epoch
+                self.dispatch.start_over(rec, renumber=not same)
                 self.reconciler.start_over(rec)
                 self.intake.unsettle(rec)
-            # Renewals at once, in the new epoch, to every worker heard: a leader cut off from
-            # the workers may have left their leases short (docs/supervisor.md, timing math).
+            # Renewals at once to every worker heard: a cut-off leader left their leases short.
             renewed = self.dispatch.renew_all(self.hearing.heard(now), now)
             self.effects.log("info", "leading", {"epoch": self.life.epoch, "renewed": renewed,
                                                  "workers": self.registry.active})

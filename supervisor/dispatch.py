@@ -77,9 +77,12 @@ class Dispatch:
     def __len__(self) -> int:
         return len(self._grants)
 
-    def start_over(self, rec: WorkerRecord) -> None:
-        """Sets to ``rec`` are numbered afresh: a new incarnation, or a new epoch."""
-        rec.out_seq = 0
+    def start_over(self, rec: WorkerRecord, renumber: bool = True) -> None:
+        """Sets to ``rec`` are numbered afresh (a new incarnation, or a new epoch; without
+        ``renumber``, a leader back in its epoch: they number on), and the first with tasks
+        is a reset."""
+        if renumber:
+            rec.out_seq = 0
         rec.last_sent_at = -1e18
         rec.got_reset = False
 

@@ -19,7 +19,10 @@ Lifecycle (one thread per supervisor; etcd3gw is synchronous)::
     candidate -> deferring  the key is vacant, but another member hears clearly more workers
     deferring -> candidate  the key changed, or a keep-alive period passed
     standby   -> candidate  the key was deleted (or its lease expired)
-    leader    -> candidate  a keep-alive failed past the local deadline, or the key is gone
+    leader    -> candidate  keep-alives failed past the local deadline (each failure is tried
+                            again through the next member: a lease is the cluster's, so a
+                            member cut off from its peers costs no leadership), or the key
+                            is gone
     leader    -> deferring  resigned: a standby heard clearly more workers for a keep-alive
                             period (the daemon stood down first, then the key was deleted)
     any       -> stopped    stop() (a leader deletes its key, so a standby takes over at once)
@@ -96,6 +99,11 @@ class Election:
         self._kept = 0.0  # send time of the last successful keep-alive (or the grant)
         self._deferring = False
         self._watch_timeout: type[BaseException] = Exception
+        self._endpoint = 0  # which member we talk to (index into endpoints, mod its length)
+        self._failures = 0  # sessions that failed in a row
+        # A request may take a sixth of the TTL: a keep-alive that fails on one member is
+        # tried on the next one before the leader's deadline (a third of the TTL later).
+        self._request_timeout = self.ttl / 6
 
     # -- public (any thread) -------------------------------------------------------------------
 
@@ -127,29 +135,35 @@ class Election:
     # -- the thread ----------------------------------------------------------------------------
 
     def _run(self) -> None:
-        attempt = 0
         while not self._stop.is_set():
             try:
-                self._connect(attempt)
+                self._connect()
                 self._session()
-                attempt = 0
             except Exception as exc:  # etcd unreachable, timed out, refused: try again
-                attempt += 1
+                self._failures += 1
                 why = describe(exc)
                 if self._leader:
                     self.log.warning("leadership lost", error=why)
                 self._leader = False
                 self.notify(Role(False, error=f"etcd: {why}"))
                 self._lease = None
-                self._stop.wait(min(self.ttl / 3 * attempt, self.ttl))
+                self._endpoint += 1
+                # The next member at once; once every one failed in a row, back off.
+                rounds = self._failures // len(self.endpoints)
+                self._stop.wait(min(self.ttl / 3 * rounds, self.ttl))
 
-    def _connect(self, attempt: int) -> None:
+    def _connect(self) -> None:
+        """A client for the current member. A lease is the cluster's, not a member's: one we
+        hold is kept alive through whichever member answers."""
         import etcd3gw  # the `ha` extra: only HA deployments need it
         from etcd3gw.exceptions import WatchTimedOut
+        from etcd3gw.lease import Lease
 
-        host, port = self.endpoints[attempt % len(self.endpoints)]
-        self._client = etcd3gw.client(host=host, port=port, timeout=self.ttl / 3)
+        host, port = self.endpoints[self._endpoint % len(self.endpoints)]
+        self._client = etcd3gw.client(host=host, port=port, timeout=self._request_timeout)
         self._watch_timeout = WatchTimedOut
+        if self._lease is not None:
+            self._lease = Lease(self._lease.id, self._client)
 
     def _session(self) -> None:
         """One lease: publish our count under it, then campaign, lead or stand by until the
@@ -157,6 +171,7 @@ class Election:
         c = self._client
         self._kept = time.monotonic()
         self._lease = c.lease(ttl=round(self.ttl))
+        self._failures = 0
         self._published = None
         self._publish()
         while not self._stop.is_set():
@@ -227,7 +242,7 @@ class Election:
         since: float | None = None  # since when a standby has heard clearly more
         while not self._stop.is_set():
             self._wake.clear()
-            members = self._members()
+            members = self._members(strict=False)
             self.notify(Role(True, epoch, until, self.info, tuple(sorted(members)),
                              heard=self._counts(members)))
             ahead = better(self._heard, self._others(members))
@@ -249,14 +264,21 @@ class Election:
                 if time.monotonic() >= until:
                     raise RuntimeError("keep-alive failed past the deadline: "
                                        f"{describe(exc)}") from None
-                next_keep = time.monotonic() + period
-                continue  # keep trying until the local deadline
+                # Keep trying until the local deadline, through the next member (one cut off
+                # from its peers, a minority, cannot keep a lease alive).
+                self._endpoint += 1
+                self._connect()
+                # Another member is tried at once; the same one (a single endpoint) shortly.
+                pause = 0.0 if len(self.endpoints) > 1 else min(period, self._request_timeout)
+                next_keep = time.monotonic() + pause
+                continue
             if not left or left <= 0 or not ours:
                 raise RuntimeError("the etcd lease or the leader key is gone")
             self._kept = sent
             until = sent + self.ttl - self._margin()
             next_keep = sent + period
-            self._publish()
+            with contextlib.suppress(Exception):  # a count not published is published later
+                self._publish()
 
     def _resign(self, epoch: int, until: float, ahead: tuple[str, int],
                 members: dict[str, int | None]) -> None:
@@ -321,11 +343,15 @@ class Election:
             self._client.watch_once(self.key, timeout=self.ttl / 3,
                                     start_revision=revision + 1)
 
-    def _members(self) -> dict[str, int | None]:
-        """Every member's name and the count it published (None: it publishes none)."""
+    def _members(self, strict: bool = True) -> dict[str, int | None]:
+        """Every member's name and the count it published (None: it publishes none). A leader
+        reads them with ``strict`` off: a failed read is only its own count, and its
+        keep-alive decides whether etcd is reachable."""
         try:
             rows = self._client.get_prefix(f"{self.key}/members/")
         except Exception:
+            if strict:
+                raise
             return {self.name: self._heard}
         out: dict[str, int | None] = {}
         for value, _ in rows:

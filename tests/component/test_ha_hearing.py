@@ -60,3 +60,27 @@ def test_a_promoted_standby_renews_every_worker_it_hears_at_once() -> None:
     assert all(m.epoch == HA_EPOCH_BASE + 9 for _, m in h.sent)
     assert [w.lease_until > b for w, b in zip(ws, before, strict=True)] == [True, True, False]
     assert h.log_fields["leading"]["renewed"] == 2
+
+
+def test_a_leader_back_in_its_own_epoch_numbers_its_sets_on() -> None:
+    """Its deadline passed (a keep-alive was slow), then the keep-alive held the key after all:
+    the election hands back the same epoch. Its sets go on from the numbers the workers have
+    applied — numbered afresh they would be dropped as stale, and every lease would lapse."""
+    epoch = HA_EPOCH_BASE + 4
+    h = Harness(config(ha=HA, warmup=1.0), dict(TASKS))
+    ws = [h.add(ModelWorker(f"w{i}")) for i in range(3)]
+    h.run(h.core.handle(RoleChanged(Role(True, epoch, 1e9)), h.now))
+    h.until(h.running)
+    h.until(lambda: h.now >= 20.0)  # many renewals: the workers applied sets far past 1
+    before = {w.id: w.machine.applied for w in ws}
+    assert all(a[0] == epoch and a[1] > 5 for a in before.values())
+    owners = h.owners()
+    h.run(h.core.handle(RoleChanged(Role(False, error="the leader's etcd deadline passed")),
+                        h.now))
+    h.step(0.5)
+    h.run(h.core.handle(RoleChanged(Role(True, epoch, 1e9)), h.now))
+    h.until(h.running)
+    h.until(lambda: h.now >= 40.0)  # well past every lease (4 s)
+    assert all(w.machine.counters["sets_stale"] == 0 for w in ws)
+    assert all(w.machine.applied > before[w.id] for w in ws)
+    assert all(w.lease_until > h.now for w in ws) and h.owners() == owners

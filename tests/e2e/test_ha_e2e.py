@@ -217,8 +217,9 @@ def test_a_frozen_leaders_sets_reach_the_workers_late_and_are_all_dropped(
         assert sorted(t for t, _ in starts) == [f"t{i:02d}" for i in range(12, 16)]
         assert all(token_epoch(tok) == new_epoch for _, tok in starts), starts
         assert all(w.lapses == 0 for w in fleet.workers)
-        wait_until(lambda: leader.ctl("status")["role"] == "standby", what="a standby")
-        assert leader.ctl("status")["leader"] == standby.opts["name"]
+        wait_until(lambda: (lambda st: st["role"] == "standby"
+                            and st["leader"] == standby.opts["name"])(leader.ctl("status")),
+                   what="the old leader a standby of the new one")
     finally:
         fleet.close()
         proxy.close()
