@@ -40,11 +40,13 @@ def _mono(stamp: str) -> float:
 
 class HaNet:
     def __init__(self, tasks: int, *, lease: float, ttl: float, tick: float,
-                 workers: int = 3, max_load: float = 10, etcd_members: int = 1) -> None:
+                 workers: int = 3, max_load: float = 10, etcd_members: int = 1,
+                 etcd_args: tuple[str, ...] = ()) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="corral-hanet-"))
         (self.dir / "tasks.txt").write_text("".join(f"task-{i:02d}\n" for i in range(tasks)))
         self.tasks, self.lease, self.ttl, self.tick = tasks, lease, ttl, tick
         self.max_load = max_load
+        self.etcd_extra = list(etcd_args)  # more etcd flags (e.g. --pre-vote true)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._etcd_args: dict[str, list[str]] = {}
         self._files: list[Any] = []
@@ -81,7 +83,7 @@ class HaNet:
                 "--name", f"e{i}",
                 "--listen-client-urls", client, "--advertise-client-urls", client,
                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                "--initial-cluster", cluster]
+                "--initial-cluster", cluster, *self.etcd_extra]
             self.start_etcd(i, wait=False)
         for i in range(len(self.etcd)):
             wait_until(lambda i=i: self.etcd_healthy(i), timeout=30)

@@ -18,7 +18,9 @@ times (default 3); the medians are reported, every run beside them.
 - standby cut: the standby's link to the workers down for --hold-workers s: leadership must
   not move (`leader_changes` 0), nor any task.
 - etcd minority: three etcd members; the one every supervisor talks to first is cut from its
-  two peers (clients still reach it) for --hold-etcd s (`--no-minority` skips it).
+  two peers (clients still reach it) for --hold-etcd s (`--no-minority` skips it); a new
+  leader (`elected leader`), if any, and when (`failover_s`), during the cut or at the heal.
+  `--etcd-pre-vote` runs etcd with Raft's pre-vote (off by default in etcd 3.4).
 
 In every scenario: `double_owner_s`, the time any task ran on two workers under two leaders'
 grants (tokens of different epochs; the worst run) — a make-before-break move of one leader
@@ -140,8 +142,10 @@ def minority(h: HaNet, hold: float) -> dict[str, Any]:
     h.leader()
     time.sleep(h.lease / 2)
     out = _judge(h, t0, time.monotonic())
-    led = sorted(t for s in h.sups for t in h.log_times(s, "leading", t0))
+    led = sorted(t for s in h.sups for t in h.log_times(s, "elected leader", t0))
+    # A new leader (a new epoch), if any, and when: during the cut, or after the heal.
     out["failover_s"] = round(led[0] - t0, 3) if led else None
+    out["leader_changes"] = len(led)
     return out
 
 
@@ -173,6 +177,8 @@ def main() -> None:
     ap.add_argument("--hold-workers", type=float, default=25.0)
     ap.add_argument("--etcd-down", type=float, default=15.0)
     ap.add_argument("--no-minority", action="store_true", help="skip the etcd-minority runs")
+    ap.add_argument("--etcd-pre-vote", action="store_true",
+                    help="run etcd with --pre-vote true (etcd 3.4's default is false)")
     ap.add_argument("--only", choices=["etcd-cut", "worker-cut", "standby-cut", "etcd-down",
                                        "minority"])
     args = ap.parse_args()
@@ -181,9 +187,11 @@ def main() -> None:
         print(f"scripts/bench ha-partition: {why}; run it as root", file=sys.stderr)
         sys.exit(2)
 
+    etcd_args = ("--pre-vote", "true") if args.etcd_pre_vote else ()
+
     def make(members: int = 1) -> Callable[[], HaNet]:
         return lambda: HaNet(args.tasks, lease=args.lease, ttl=args.ttl, tick=args.tick,
-                             workers=args.workers, etcd_members=members)
+                             workers=args.workers, etcd_members=members, etcd_args=etcd_args)
 
     plan: dict[str, tuple[Callable[[], HaNet], Callable[[HaNet], dict[str, Any]]]] = {
         "etcd-cut": (make(), lambda h: cut(h, "etcd", args.hold_etcd)),
@@ -216,6 +224,8 @@ def main() -> None:
     if "minority" in results:
         out["etcd_minority_failover_s"] = _median(results["minority"], "failover_s")
         out["etcd_minority_uncovered_s"] = _median(results["minority"], "uncovered_s")
+        out["etcd_minority_leader_changes"] = max(r["leader_changes"]
+                                                  for r in results["minority"])
     if args.output == "json":
         print(json.dumps(out, indent=2))
         return
