@@ -41,12 +41,13 @@ def _mono(stamp: str) -> float:
 class HaNet:
     def __init__(self, tasks: int, *, lease: float, ttl: float, tick: float,
                  workers: int = 3, max_load: float = 10, etcd_members: int = 1,
-                 etcd_args: tuple[str, ...] = ()) -> None:
+                 etcd_args: tuple[str, ...] = (), sup_args: tuple[str, ...] = ()) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="corral-hanet-"))
         (self.dir / "tasks.txt").write_text("".join(f"task-{i:02d}\n" for i in range(tasks)))
         self.tasks, self.lease, self.ttl, self.tick = tasks, lease, ttl, tick
         self.max_load = max_load
         self.etcd_extra = list(etcd_args)  # more etcd flags (e.g. --pre-vote true)
+        self.sup_extra = list(sup_args)  # more supervisor flags (e.g. --settle 0)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._etcd_args: dict[str, list[str]] = {}
         self._files: list[Any] = []
@@ -96,7 +97,7 @@ class HaNet:
                 f"file:{self.dir / 'tasks.txt'}", "--ha", ha, "--ha-ttl", str(self.ttl),
                 "--name", name, "--lease", str(self.lease), "--tick", str(self.tick),
                 "--warmup", "5", "--expect-workers", str(len(self.workers)),
-                "--state-file", str(self.dir / f"{name}.epoch"), *extra])
+                "--state-file", str(self.dir / f"{name}.epoch"), *extra, *self.sup_extra])
         endpoints = ",".join(f"tcp://{n.addr['workers']}:{PORT}" for n in self.sups.values())
         for w in self.workers:
             self._spawn(w, self.wk, [

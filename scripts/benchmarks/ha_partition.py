@@ -13,8 +13,16 @@ times (default 3); the medians are reported, every run beside them.
   etcd). `worker_cut_failover_s`: the cut to the standby's `leading`; `worker_cut_uncovered_s`:
   the longest any task ran on no worker in the scenario (journals).
 - etcd down: etcd stopped for --etcd-down s (every lease lapses), then started again.
-  `etcd_down_recover_s`: etcd back to every task running again; `revival_moves`: starts after
-  each task's first one since etcd came back (tasks moved once the fleet was back).
+  `etcd_down_recover_s`: etcd back to every task running again; `etcd_down_revival_moves`:
+  starts after each task's first one since etcd came back (tasks moved once the fleet was
+  back). The workers still reach the supervisors, which hear them all when a leader is
+  elected: this one does not need the settle window.
+- fleet back: etcd down and the workers cut from both supervisors until every lease lapsed
+  and both took every worker for gone; etcd back, a leader elected, then the workers' link up:
+  they come back one by one, as their connections get through (the settle window's case).
+  `fleet_back_revival_moves`, `fleet_back_recover_s` (from the heal), as for etcd down;
+  `back_s`: when each worker held a lease again. `revival_moves`: the worse of the two
+  medians. `--settle 0` runs the supervisors without the window, to compare.
 - standby cut: the standby's link to the workers down for --hold-workers s: leadership must
   not move (`leader_changes` 0), nor any task.
 - etcd minority: three etcd members; the one every supervisor talks to first is cut from its
@@ -36,6 +44,7 @@ import contextlib
 import json
 import math
 import shutil
+import signal
 import statistics
 import sys
 import time
@@ -109,27 +118,62 @@ def standby_cut(h: HaNet, hold: float) -> dict[str, Any]:
     return out
 
 
+def _revival(h: HaNet, since: float) -> tuple[float | None, int]:
+    """When the last task first started again from ``since`` on, and how many starts came
+    after a task's first one (tasks moved once the fleet was back), after the starts and
+    stops have stopped for a whole lease (the rebalance passes are over)."""
+    settle(lambda: len(h.owners()) == h.tasks, timeout=60)
+    settle(lambda: not [e for e in h.journal() if e["t"] > time.monotonic() - h.lease],
+           timeout=120)
+    firsts: dict[str, float] = {}
+    moves = 0
+    for e in h.journal():
+        if e["t"] >= since and e["event"] == "start":
+            if e["task"] in firsts:
+                moves += 1
+            firsts.setdefault(e["task"], e["t"])
+    return (max(firsts.values()) if firsts else None), moves
+
+
 def etcd_down(h: HaNet, down: float) -> dict[str, Any]:
     h.leader()
     t0 = h.stop("etcd-0")
     time.sleep(down)
     h.start_etcd(0)
     t1 = time.monotonic()
-    settle(lambda: len(h.owners()) == h.tasks, timeout=60)
-    # Settled: nothing started or stopped for a whole lease (the rebalance passes are over).
-    settle(lambda: not [e for e in h.journal() if e["t"] > time.monotonic() - h.lease],
-           timeout=120)
-    journal = h.journal()
-    firsts: dict[str, float] = {}
-    moves = 0
-    for e in journal:
-        if e["t"] >= t1 and e["event"] == "start":
-            if e["task"] in firsts:
-                moves += 1
-            firsts.setdefault(e["task"], e["t"])
+    last, moves = _revival(h, t1)
     out = _judge(h, t0, time.monotonic())
-    out["recover_s"] = round(max(firsts.values()) - t1, 3) if firsts else 0.0
+    out["recover_s"] = round(last - t1, 3) if last is not None else 0.0
     out["revival_moves"] = moves
+    return out
+
+
+def fleet_back(h: HaNet) -> dict[str, Any]:
+    """etcd down and the workers cut from both supervisors until every lease lapsed and both
+    took every worker for gone; etcd back, a leader elected; then the workers' link up: they
+    come back one by one (each when its connection or report gets through), and the first
+    placement waits the settle window (--settle) for the others."""
+    h.leader()
+    t0 = h.stop("etcd-0")
+    h.nets.cut(h.wk, "workers")
+    try:
+        settle(lambda: h.lapses(t0) >= len(h.workers) and not h.owners(), timeout=3 * h.lease)
+        settle(lambda: all((h.status(s) or {}).get("workers_active") == 0 for s in h.sups),
+               timeout=3 * h.lease)
+        h.start_etcd(0)
+        settle(lambda: any((h.status(s) or {}).get("role") == "leader" for s in h.sups),
+               timeout=60)
+    finally:
+        h.nets.heal(h.wk, "workers")
+    t1 = time.monotonic()
+    last, moves = _revival(h, t1)
+    out = _judge(h, t0, time.monotonic())
+    out["recover_s"] = round(last - t1, 3) if last is not None else 0.0
+    out["revival_moves"] = moves
+    # When each worker was back (its lease held again), from the heal: how far apart they
+    # came, against the settle window.
+    out["back_s"] = sorted(round(min(ts) - t1, 3) for w in h.workers
+                           if (ts := h.log_times(w, "lease held", t1)))
     return out
 
 
@@ -179,25 +223,34 @@ def main() -> None:
     ap.add_argument("--no-minority", action="store_true", help="skip the etcd-minority runs")
     ap.add_argument("--etcd-pre-vote", action="store_true",
                     help="run etcd with --pre-vote true (etcd 3.4's default is false)")
+    ap.add_argument("--settle", type=float, default=None,
+                    help="the supervisors' --settle (default: theirs, 1 s); 0 compares")
     ap.add_argument("--only", choices=["etcd-cut", "worker-cut", "standby-cut", "etcd-down",
-                                       "minority"])
+                                       "fleet-back", "minority"])
     args = ap.parse_args()
     why = unavailable()
     if why:
         print(f"scripts/bench ha-partition: {why}; run it as root", file=sys.stderr)
         sys.exit(2)
 
+    # SIGTERM or SIGHUP (a session ending) exit through the `finally`s: every process is
+    # stopped, every namespace and folder removed (a default SIGTERM would leave them all).
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: sys.exit(128 + signum))
     etcd_args = ("--pre-vote", "true") if args.etcd_pre_vote else ()
+    sup_args = () if args.settle is None else ("--settle", str(args.settle))
 
     def make(members: int = 1) -> Callable[[], HaNet]:
         return lambda: HaNet(args.tasks, lease=args.lease, ttl=args.ttl, tick=args.tick,
-                             workers=args.workers, etcd_members=members, etcd_args=etcd_args)
+                             workers=args.workers, etcd_members=members, etcd_args=etcd_args,
+                             sup_args=sup_args)
 
     plan: dict[str, tuple[Callable[[], HaNet], Callable[[HaNet], dict[str, Any]]]] = {
         "etcd-cut": (make(), lambda h: cut(h, "etcd", args.hold_etcd)),
         "worker-cut": (make(), lambda h: cut(h, "workers", args.hold_workers)),
         "standby-cut": (make(), lambda h: standby_cut(h, args.hold_workers)),
         "etcd-down": (make(), lambda h: etcd_down(h, args.etcd_down)),
+        "fleet-back": (make(), fleet_back),
     }
     if not args.no_minority:
         plan["minority"] = (make(3), lambda h: minority(h, args.hold_etcd))
@@ -212,7 +265,13 @@ def main() -> None:
         "worker_cut_failover_s": _median(wc, "failover_s"),
         "worker_cut_uncovered_s": _median(wc, "uncovered_s"),
         "etcd_down_recover_s": _median(ed, "recover_s"),
-        "revival_moves": _median(ed, "revival_moves"),
+        # The worse of the two revivals (etcd down; the fleet back after it was taken for
+        # gone), each a median of its runs; both are given apart below.
+        "revival_moves": max((m for m in (_median(ed, "revival_moves"),
+                                          _median(results.get("fleet-back", []),
+                                                  "revival_moves")) if m is not None),
+                             default=None),
+        "etcd_down_revival_moves": _median(ed, "revival_moves"),
         "double_owner_s": max((r["double_owner_s"] for r in every), default=None),
         "fair_share_plus_1": math.ceil(args.tasks / args.workers) + 1,
         "runs": results,
@@ -221,6 +280,10 @@ def main() -> None:
         sc = results["standby-cut"]
         out["standby_cut_leader_changes"] = max(r["leader_changes"] for r in sc)
         out["standby_cut_uncovered_s"] = _median(sc, "uncovered_s")
+    if "fleet-back" in results:
+        fb = results["fleet-back"]
+        out["fleet_back_recover_s"] = _median(fb, "recover_s")
+        out["fleet_back_revival_moves"] = _median(fb, "revival_moves")
     if "minority" in results:
         out["etcd_minority_failover_s"] = _median(results["minority"], "failover_s")
         out["etcd_minority_uncovered_s"] = _median(results["minority"], "uncovered_s")
