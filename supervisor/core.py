@@ -54,7 +54,7 @@ from .failures import INCLUDE, Failures
 from .feed import Feed
 from .hearing import HEARD, Hearing
 from .intake import Intake
-from .lifecycle import Lifecycle, Phase, RoleChange
+from .lifecycle import DEADLINE_PASSED, Lifecycle, Phase, RoleChange
 from .queries import Queries
 from .rebalancing import REBALANCE, Rebalancing
 from .rebuild import SLICE, Rebuild
@@ -175,7 +175,7 @@ class SupervisorCore:
         if self.life.deadline_passed(now):
             # The election thread may be stuck in a request: the deadline is enforced here,
             # so a leader stops acting before etcd can give the key to anyone else.
-            self._role(Role(False, error="the leader's etcd deadline passed"), now)
+            self._role(Role(False, error=DEADLINE_PASSED), now)
         for fired in self.wheel.expire(now):
             key = fired.key
             if key == WARMUP:
@@ -343,7 +343,8 @@ class SupervisorCore:
         whole warm-up queries at once and rebuilds from their reports, so nothing moves or
         restarts), demote (stop sending at once; forget the assignment), or renew."""
         before = self.life.epoch
-        change = self.life.on_role(role)
+        change = self.life.on_role(role, now)
+        role = self.life.role or role  # as recorded: a leading role past its deadline is not
         if change is RoleChange.PROMOTED:
             # Back in its own epoch (a late keep-alive held the key after its deadline): sets
             # and grants number on, else the workers would drop them as stale.

@@ -56,6 +56,7 @@ from .events import (
     Tick,
 )
 from .ha import Election, parse_endpoints
+from .lifecycle import DEADLINE_PASSED
 from .outbox import Outbox
 from .role import Role
 from .sources import Fetcher, TaskSource
@@ -221,7 +222,7 @@ class Daemon:
         # Before anything is read or answered: a leader past its etcd deadline stops (a frozen
         # process wakes with reports waiting), and what the election decided counts first.
         if core.life.deadline_passed(now):  # (not a Tick: that judges silences, unread yet)
-            self._roles.appendleft(Role(False, error="the leader's etcd deadline passed"))
+            self._roles.appendleft(Role(False, error=DEADLINE_PASSED))
         while self._roles:
             role = self._roles.popleft()
             self._step(RoleChanged(role), now)

@@ -23,11 +23,14 @@ still rise above any epoch a worker reports having seen, until it has said anyth
 
 from __future__ import annotations
 
+from dataclasses import replace
 from enum import Enum, StrEnum
 
 from corral.common.wire.protocol import MAX_STATE_EPOCH
 
 from .role import Role
+
+DEADLINE_PASSED = "the leader's etcd deadline passed"
 
 
 class Phase(StrEnum):
@@ -75,8 +78,12 @@ class Lifecycle:
     def stop(self) -> None:
         self.phase = Phase.STOPPING
 
-    def on_role(self, role: Role) -> RoleChange:
-        """Record the election's decision and say what changed."""
+    def on_role(self, role: Role, now: float) -> RoleChange:
+        """Record the election's decision and say what changed. A leading role read after its
+        deadline (the election thread, retrying a keep-alive, says again that it leads until
+        the last good one's deadline) is that deadline passing: it demotes, never promotes."""
+        if role.leader and now >= role.leader_until:
+            role = replace(role, leader=False, error=DEADLINE_PASSED)
         self.role = role
         if role.leader:
             self.leader_until = role.leader_until

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from corral.common.wire.protocol import HA_EPOCH_BASE, make_token
 from corral.supervisor.events import RoleChanged
+from corral.supervisor.lifecycle import DEADLINE_PASSED
 from corral.supervisor.role import Role
 
 from .modelfleet import Harness, ModelWorker, config
@@ -75,8 +76,7 @@ def test_a_leader_back_in_its_own_epoch_numbers_its_sets_on() -> None:
     before = {w.id: w.machine.applied for w in ws}
     assert all(a[0] == epoch and a[1] > 5 for a in before.values())
     owners = h.owners()
-    h.run(h.core.handle(RoleChanged(Role(False, error="the leader's etcd deadline passed")),
-                        h.now))
+    h.run(h.core.handle(RoleChanged(Role(False, error=DEADLINE_PASSED)), h.now))
     h.step(0.5)
     h.run(h.core.handle(RoleChanged(Role(True, epoch, 1e9)), h.now))
     h.until(h.running)
@@ -84,3 +84,32 @@ def test_a_leader_back_in_its_own_epoch_numbers_its_sets_on() -> None:
     assert all(w.machine.counters["sets_stale"] == 0 for w in ws)
     assert all(w.machine.applied > before[w.id] for w in ws)
     assert all(w.lease_until > h.now for w in ws) and h.owners() == owners
+
+
+def test_a_leading_role_past_its_deadline_demotes_and_never_promotes() -> None:
+    """The election thread, retrying a failed keep-alive, says again that it leads, with the
+    deadline of the last keep-alive that worked. Read after that deadline (the loop already
+    stood the leader down for it), such a role must not make it lead again: it would renew
+    every worker it hears after its deadline, when etcd may give the key to another."""
+    epoch = HA_EPOCH_BASE + 4
+    h = Harness(config(ha=HA, warmup=1.0), dict(TASKS))
+    for i in range(3):
+        h.add(ModelWorker(f"w{i}"))
+    until = h.now + 30.0
+    h.run(h.core.handle(RoleChanged(Role(True, epoch, until)), h.now))
+    h.until(h.running)
+    h.until(lambda: h.now >= until)  # its deadline passes: the tick stands it down
+    assert not h.core.life.leader
+    h.sent.clear()
+    h.run(h.core.handle(RoleChanged(Role(True, epoch, until)), h.now))  # the stale one
+    assert not h.core.life.leader and h.sent == []
+    assert h.core.life.role is not None and h.core.life.role.error == DEADLINE_PASSED
+    # Led again, stale, before the tick saw the deadline: the role itself demotes.
+    fresh = h.now + 30.0
+    h.run(h.core.handle(RoleChanged(Role(True, epoch, fresh)), h.now))
+    assert h.core.life.leader
+    h.now = fresh + 0.1
+    h.sent.clear()
+    h.run(h.core.handle(RoleChanged(Role(True, epoch, fresh)), h.now))
+    assert not h.core.life.leader and h.sent == []
+    assert h.log_fields["no longer the leader; standing by"]["reason"] == DEADLINE_PASSED
