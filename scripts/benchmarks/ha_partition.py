@@ -27,7 +27,8 @@ times (default 3); the medians are reported, every run beside them.
   not move (`leader_changes` 0), nor any task.
 - etcd minority: three etcd members; the one every supervisor talks to first is cut from its
   two peers (clients still reach it) for --hold-etcd s (`--no-minority` skips it); a new
-  leader (`elected leader`), if any, and when (`failover_s`), during the cut or at the heal.
+  leader (`elected leader`), if any, and when (`failover_s`; `elected_after_heal_s` for those
+  after the heal), and how long no supervisor led (`leaderless_s`) until a lease after it.
   `--etcd-pre-vote` runs etcd with Raft's pre-vote (off by default in etcd 3.4).
 
 In every scenario: `double_owner_s`, the time any task ran on two workers under two leaders'
@@ -177,19 +178,42 @@ def fleet_back(h: HaNet) -> dict[str, Any]:
     return out
 
 
+def _leaderless(h: HaNet, leader: str, t0: float, t1: float) -> float:
+    """Seconds within [t0, t1] no supervisor led (its `leading` to its `no longer the
+    leader`), ``leader`` leading at t0."""
+    marks = sorted([(t, s, True) for s in h.sups for t in h.log_times(s, "leading", t0)]
+                   + [(t, s, False) for s in h.sups
+                      for t in h.log_times(s, "no longer the leader", t0)])
+    leading, since, gap = {leader}, t0, 0.0
+    for t, s, up in [*marks, (t1, "", True)]:
+        if not leading:
+            gap += min(t, t1) - since
+        since = t
+        if s:
+            (leading.add if up else leading.discard)(s)
+    return gap
+
+
 def minority(h: HaNet, hold: float) -> dict[str, Any]:
-    h.leader()
+    leader = h.leader()
     t0 = time.monotonic()
     h.nets.cut(h.etcd[0], "peers")
     time.sleep(hold)
     h.nets.heal(h.etcd[0], "peers")
+    healed = time.monotonic()
+    # The member back may disrupt its peers (etcd without pre-vote: a higher term, an
+    # election) a moment after the heal: look past that, then for a leader that runs.
+    time.sleep(2 * h.ttl)
     h.leader()
     time.sleep(h.lease / 2)
-    out = _judge(h, t0, time.monotonic())
+    t1 = time.monotonic()
+    out = _judge(h, t0, t1)
     led = sorted(t for s in h.sups for t in h.log_times(s, "elected leader", t0))
-    # A new leader (a new epoch), if any, and when: during the cut, or after the heal.
+    # New leaders (new epochs), if any, and when: during the cut, or after the heal.
     out["failover_s"] = round(led[0] - t0, 3) if led else None
     out["leader_changes"] = len(led)
+    out["elected_after_heal_s"] = [round(t - healed, 3) for t in led if t >= healed]
+    out["leaderless_s"] = round(_leaderless(h, leader, t0, t1), 3)
     return out
 
 
@@ -289,6 +313,7 @@ def main() -> None:
         out["etcd_minority_uncovered_s"] = _median(results["minority"], "uncovered_s")
         out["etcd_minority_leader_changes"] = max(r["leader_changes"]
                                                   for r in results["minority"])
+        out["etcd_minority_leaderless_s"] = _median(results["minority"], "leaderless_s")
     if args.output == "json":
         print(json.dumps(out, indent=2))
         return
