@@ -46,7 +46,7 @@ class HaNet:
         (self.dir / "tasks.txt").write_text("".join(f"task-{i:02d}\n" for i in range(tasks)))
         self.tasks, self.lease, self.ttl, self.tick = tasks, lease, ttl, tick
         self.max_load = max_load
-        self.etcd_extra = list(etcd_args)  # more etcd flags (e.g. --pre-vote true)
+        self.etcd_extra = list(etcd_args)  # more etcd flags (e.g. --pre-vote=true)
         self.sup_extra = list(sup_args)  # more supervisor flags (e.g. --settle 0)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._etcd_args: dict[str, list[str]] = {}

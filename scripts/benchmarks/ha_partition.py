@@ -246,7 +246,7 @@ def main() -> None:
     ap.add_argument("--etcd-down", type=float, default=15.0)
     ap.add_argument("--no-minority", action="store_true", help="skip the etcd-minority runs")
     ap.add_argument("--etcd-pre-vote", action="store_true",
-                    help="run etcd with --pre-vote true (etcd 3.4's default is false)")
+                    help="run etcd with --pre-vote=true (etcd 3.4's default is false)")
     ap.add_argument("--settle", type=float, default=None,
                     help="the supervisors' --settle (default: theirs, 1 s); 0 compares")
     ap.add_argument("--only", choices=["etcd-cut", "worker-cut", "standby-cut", "etcd-down",
@@ -261,7 +261,7 @@ def main() -> None:
     # stopped, every namespace and folder removed (a default SIGTERM would leave them all).
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: sys.exit(128 + signum))
-    etcd_args = ("--pre-vote", "true") if args.etcd_pre_vote else ()
+    etcd_args = ("--pre-vote=true",) if args.etcd_pre_vote else ()  # a Go bool flag: one word
     sup_args = () if args.settle is None else ("--settle", str(args.settle))
 
     def make(members: int = 1) -> Callable[[], HaNet]:
