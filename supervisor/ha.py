@@ -187,13 +187,13 @@ class Election:
             self._deferring = False
             self._keep()  # the deadline counts from a keep-alive sent just now
             if self._create():
-                revision = self._our_revision()
-                if revision is None:
+                created = self._our_revision()
+                if created is None:
                     raise RuntimeError("won the election but the key is not ours")
                 self._leader = True
-                self.log.info("elected leader", epoch=HA_EPOCH_BASE + revision, key=self.key,
+                self.log.info("elected leader", epoch=HA_EPOCH_BASE + created, key=self.key,
                               workers=self._heard)
-                self._lead(HA_EPOCH_BASE + revision)
+                self._lead(HA_EPOCH_BASE + created)
 
     def _create(self) -> bool:
         from etcd3gw.utils import _encode
