@@ -195,9 +195,8 @@ class SupervisorCore:
                 if self.life.running:
                     self.failures.cooled(key[1], key[2])
                     self.rebalancing.want(now)
-            elif key[0] == FORGET:  # said on the feed too: a dashboard drops the row at once
-                if self.registry.forget(key[1]):
-                    self.feed.add("forget", worker=key[1])
+            elif key[0] == FORGET and self.registry.forget(key[1]):
+                self.feed.add("forget", worker=key[1])  # a dashboard drops the row at once
         self.registry.prune(now)
         silent = self.registry.expire(now, read_until)
         if silent:
@@ -308,10 +307,7 @@ class SupervisorCore:
         """Control verbs that change state (the read-only ones are in views.py). Raises
         LookupError for an unknown worker and ValueError for a bad verb."""
         if cmd.verb in ("drain", "undrain"):
-            worker = cmd.args.get("worker")
-            rec = self.registry.get(worker) if isinstance(worker, str) else None
-            if rec is None:
-                raise LookupError(f"no worker {worker!r:.80}")
+            rec = self.registry.named(cmd.args.get("worker"))
             self.registry.set_drained(rec, cmd.verb == "drain")
             self.intake.unsettle(rec)
             self.effects.log("info", f"worker {cmd.verb}ed by operator", {"worker": rec.id})
@@ -320,10 +316,7 @@ class SupervisorCore:
                 self.assigner.update_mode(rec, now)
                 self.rebalancing.want(now)
         elif cmd.verb == "forget":
-            worker = cmd.args.get("worker")
-            rec = self.registry.get(worker) if isinstance(worker, str) else None
-            if rec is None:
-                raise LookupError(f"no worker {worker!r:.80}")
+            rec = self.registry.named(cmd.args.get("worker"))
             if rec.active:
                 raise ValueError(f"worker {rec.id!r:.80} is active: only a silent worker "
                                  "(inactive) can be forgotten")

@@ -76,6 +76,13 @@ class Registry:
     def get(self, worker: str) -> WorkerRecord | None:
         return self.records.get(worker)
 
+    def named(self, worker: object) -> WorkerRecord:
+        """The record a control verb names; LookupError (the caller's answer) if none."""
+        rec = self.records.get(worker) if isinstance(worker, str) else None
+        if rec is None:
+            raise LookupError(f"no worker {worker!r:.80}")
+        return rec
+
     def sizes(self) -> dict[str, int]:
         return {"workers": len(self.records), "contended": len(self._contended),
                 "failing_workers": len(self.failing), "fresh_id_buckets": len(self._fresh),
