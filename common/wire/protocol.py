@@ -93,11 +93,14 @@ class WorkerState(StrEnum):
     starting -> ready        its handler is ready (``ready()`` or ``--ready-after``)
     ready -> lame_duck       it was asked to stop (SIGTERM): no new tasks, drains the ones it has
     starting -> lame_duck    stopped before it was ever ready
+    any -> handing_over      SIGUSR2 (``exec``): its last report; it leaves its tasks running
+                             to its lease keeper, and the next process with its id adopts them
     """
 
     STARTING = "starting"
     READY = "ready"
     LAME_DUCK = "lame_duck"
+    HANDING_OVER = "handing_over"
 
 
 class _Message(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True,
