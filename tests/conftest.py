@@ -1,8 +1,12 @@
-"""Shared test configuration: deterministic hypothesis runs (seeded, no deadline)."""
+"""Shared test configuration: deterministic hypothesis runs (seeded, no deadline), and a
+runtime directory of its own for every test (``XDG_RUNTIME_DIR``: where ``exec`` workers'
+lease keepers listen), whose keepers are ended with their tasks when the test ends."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from .etcd_server import Etcd
+from .support import end_keepers
 
 # Derandomized so a CI run is reproducible; CORRAL_HYPOTHESIS=dev explores new examples.
 settings.register_profile(
@@ -44,3 +49,16 @@ def etcd(tmp_path: Path) -> Iterator[Etcd]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def runtime_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """This test's XDG_RUNTIME_DIR (short: socket paths are), for every process it starts:
+    no two tests — nor other test runs on this machine — share a worker's lease keeper."""
+    root = Path(tempfile.mkdtemp(prefix="corral-run-", dir="/tmp"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(root))
+    try:
+        yield root
+    finally:
+        end_keepers(root)
+        shutil.rmtree(root, ignore_errors=True)

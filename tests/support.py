@@ -7,6 +7,9 @@
 - `free_port`: a loopback port below the ephemeral range (`chaostools.ports`, shared with the
   chaos harness and the benchmarks; pytest puts scripts/ on the path, see pyproject.toml).
 - `Proc`: a started process, its stdout and stderr in one log file, stopped by its pid.
+- `end_keepers`: the lease keepers a test's ``exec`` workers left behind (their tasks outlive
+  the agents), ended with their tasks — by the autouse fixture in tests/conftest.py, which
+  also gives every test a runtime directory of its own (``XDG_RUNTIME_DIR``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from typing import Any
 
 from chaostools.ports import free_port
 
-__all__ = ["WAIT", "FakeClock", "Proc", "free_port", "wait_until"]
+__all__ = ["WAIT", "FakeClock", "Proc", "end_keepers", "free_port", "keeper_pids",
+           "wait_until"]
 
 # Generous: the machines are slow and shared; a passing test never waits this long.
 WAIT = 15.0
@@ -112,3 +116,35 @@ class Proc:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+
+def keeper_pids(root: Path) -> list[int]:
+    """The pids of the lease keeper processes serving runtime directories under ``root``."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"keeperproc.py") for a in argv) and \
+                any(a.startswith(str(root).encode() + b"/") for a in argv):
+            out.append(int(entry.name))
+    return out
+
+
+def end_keepers(root: Path) -> None:
+    """End every lease keeper left under ``root`` and its tasks: asked (as an agent of another
+    version would: its tasks get SIGTERM, then SIGKILL), then killed by pid if it lingers."""
+    from corral.worker.keeper import dismiss
+    from corral.worker.rundir import RunDir
+
+    if not (root / "corral").exists():
+        return  # no exec worker ran here
+    for path in sorted((root / "corral").glob("*")):
+        with contextlib.suppress(OSError):
+            dismiss(RunDir.at(path), wait=WAIT)
+    for pid in keeper_pids(root):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

@@ -14,6 +14,8 @@ from typing import Any
 
 from corral.common.wire.protocol import Instructions, Refusal, Status
 
+from .sets import Grant
+
 # -- events ------------------------------------------------------------------------------------
 
 
@@ -37,6 +39,21 @@ class StopRequested:
 
 
 @dataclass(frozen=True)
+class HandOverRequested:
+    """SIGUSR2 with ``exec``: leave the tasks running to the lease keeper, for the next agent
+    of this id, and exit (with another handler the loop sends `StopRequested` instead)."""
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """At start: the lease keeper handed over ``grants`` (task -> its `Grant`), processes a
+    previous agent of this id left running, under a lease that lasts until ``lease_expires``."""
+
+    grants: Mapping[str, Grant]
+    lease_expires: float
+
+
+@dataclass(frozen=True)
 class HandlerReady:
     """The handler's ``ready()`` returned true."""
 
@@ -50,17 +67,20 @@ class TaskStarted:
 
 @dataclass(frozen=True)
 class TaskFailed:
-    """The task could not be started, or it ended without being asked to."""
+    """The task could not be started, or it ended without being asked to. ``by_keeper``: the
+    lease keeper ended it and writes its stop line (the agent does not)."""
 
     task: str
     reason: str
+    by_keeper: bool = False
 
 
 @dataclass(frozen=True)
 class TaskStopped:
-    """A task the machine asked to stop has really stopped."""
+    """A task the machine asked to stop has really stopped (``by_keeper``: see `TaskFailed`)."""
 
     task: str
+    by_keeper: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,8 +91,8 @@ class KeeperLost:
     reason: str
 
 
-Event = (Tick | Received | StopRequested | HandlerReady | TaskStarted | TaskFailed | TaskStopped
-         | KeeperLost)
+Event = (Tick | Received | StopRequested | HandOverRequested | Adopted | HandlerReady
+         | TaskStarted | TaskFailed | TaskStopped | KeeperLost)
 
 # -- actions -----------------------------------------------------------------------------------
 
@@ -89,7 +109,11 @@ class StartTask:
 
 @dataclass(frozen=True)
 class StopTask:
+    """Stop ``task``; ``lapsed``: because the lease lapsed (with ``exec`` the keeper, which
+    acts on the same deadline, ends it and writes its stop line)."""
+
     task: str
+    lapsed: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,6 +139,12 @@ class Reconnect:
 
 
 @dataclass(frozen=True)
+class HandOver:
+    """Leave every task running to the lease keeper (after the last report, which says
+    ``handing_over``); the `Exit` that follows stops nothing."""
+
+
+@dataclass(frozen=True)
 class Log:
     """A line for the operator; the machine decides what is worth saying, the loop says it."""
 
@@ -130,7 +160,7 @@ class Exit:
     code: int
 
 
-Action = StartTask | StopTask | SendStatus | LeaseExtended | Reconnect | Log | Exit
+Action = StartTask | StopTask | SendStatus | LeaseExtended | Reconnect | HandOver | Log | Exit
 
 # Exit statuses of `corral-worker run`.
 EXIT_OK = 0

@@ -6,10 +6,17 @@
     {"t": 12399.001, "event": "stop", "task": "room-7", "worker": "w1"}
 
 A start line carries the assignment's fencing ``token`` and, for a task with a spec, the
-``spec`` version (a short hash of its text). With ``exec``, the lease keeper process appends a
-stop line of its own (``"by": "keeper"``) when it has ended a task whose agent could not (the
-agent frozen or dead): its ``t`` is when the task's process ended, and the agent's own stop
-line, if it ever writes one, comes later — readers take the first stop after a start.
+``spec`` version (a short hash of its text). With ``exec``, the lease keeper process appends the
+stop lines of the stops it made (``"by": "keeper"``, with a ``cause``: ``lease``, the lease
+ended with the agent frozen, gone or cut off; ``exited``, it ended by itself while no agent
+was there; ``stop``, it finished a stop its departed agent had begun; ``mismatch``; ``quit``):
+its ``t`` is when the task's process ended. Each stop has one line, the agent's or the
+keeper's, never both. A task whose process a new agent adopted from the keeper (a hand-over,
+or a restart within the lease) gets an ``adopt`` line in the new agent's journal, with its
+token and pid: the same process runs on, nothing stopped or started.
+
+    {"t": 12400.002, "event": "adopt", "task": "room-7", "worker": "w1", "token": 4194305,
+     "pid": 31337}
 
 ``t`` is CLOCK_MONOTONIC, which every process on one machine shares, so the journals of
 several workers on a host can be merged and sorted to check that no task ever had two owners
@@ -41,6 +48,13 @@ class Journal:
 
     def stop(self, task: str) -> None:
         self._write("stop", task, {})
+
+    def adopt(self, task: str, token: int, spec_version: str, pid: int) -> None:
+        extra: dict[str, int | str] = {"token": token}
+        if spec_version:
+            extra["spec"] = spec_version
+        extra["pid"] = pid
+        self._write("adopt", task, extra)
 
     def _write(self, event: str, task: str, extra: dict[str, int | str]) -> None:
         if self._file is None:

@@ -13,9 +13,12 @@ self-pipe as well, so the poll wakes at once (SIGCHLD included: a crashed task i
 immediately). Every way out — the machine's `Exit`, an unexpected exception — unwinds through
 one `ExitStack` whose first step stops every task that is still running.
 
-With ``exec`` the loop also starts the lease keeper (`corral.worker.keeper`), tells it every
+With ``exec`` the loop also attaches to the lease keeper (`corral.worker.keeper`) — the one a
+previous agent of this id left, adopting its task processes, or a fresh one — tells it every
 lease extension (the machine's `LeaseExtended`, before the starts it allows), and polls its end
-of their socket pair: EOF means the keeper died, which becomes one `KeeperLost` event.
+of their link: EOF means the keeper died, which becomes one `KeeperLost` event. SIGUSR2 hands
+the tasks over to it (`HandOver`: nothing stops, the next agent adopts them); with another
+handler SIGUSR2 drains, as SIGTERM does (in-process tasks cannot outlive their agent).
 """
 
 from __future__ import annotations
@@ -41,12 +44,20 @@ from . import events as ev
 from .channel import RETRY_S, Channel, routing_id
 from .config import LeaseLoss, WorkerConfig
 from .journal import Journal
+from .keeper import Found, dismiss
+from .rundir import RunDir
 from .runner import Runner, TaskExecutor
 from .serving import Server, Service
+from .sets import Grant
 from .state import Phase, WorkerMachine
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+HAND_OVER_SIGNAL = signal.SIGUSR2
 READY_CHECK = 0.25  # seconds between ready() calls while starting
+
+
+class DuplicateAgent(Exception):
+    """Another agent with this id runs on this host (it holds the runtime directory's lock)."""
 
 
 class WorkerLoop:
@@ -72,13 +83,14 @@ class WorkerLoop:
         self._log = logs.get("worker", worker=cfg.worker_id)
         self._lease_until = math.inf if cfg.on_lease_loss is LeaseLoss.KEEP else 0.0
         self._keeper = runner.keeper
-        self._keeper_lost = False
+        self._keeper_open = False  # attached, and neither lost nor handed over
         self._executor = TaskExecutor(runner, journal, self._log, lambda: self._lease_until)
         self._machine = WorkerMachine(cfg, self.incarnation, clock(),
                                       waits_for_handler=runner.has_ready)
         self._pending: deque[int] = deque()  # signal numbers, appended by handlers
         self._exit_code: int | None = None
         self._next_ready_check = 0.0
+        self._watched: set[int] = set()  # adopted leaders' pidfds in the poller
         self._channel_counters: dict[str, int] = {}
         self._wake_r, self._wake_w = socket.socketpair()
         for s in (self._wake_r, self._wake_w):
@@ -105,6 +117,9 @@ class WorkerLoop:
         except ConfigError as exc:  # e.g. the --serve endpoint cannot be bound
             code = ev.EXIT_CONFIG
             self._log.error("configuration error", error=str(exc))
+        except DuplicateAgent as exc:
+            code = ev.EXIT_REFUSED
+            self._log.error("another agent with this id runs on this host", error=str(exc))
         except Exception:  # the stack has unwound: every task is stopped, sockets closed
             code = ev.EXIT_ERROR
             self._log.exception("unexpected error")
@@ -140,11 +155,13 @@ class WorkerLoop:
                                   self._machine, self._clock)
             stack.callback(self._server.close)  # after the tasks stopped: not_owner to all
             self._poller.register(self._server.socket, zmq.POLLIN)
+        found = None
         if self._keeper is not None:
-            self._keeper.start()
-            stack.callback(self._keeper.close)  # after the tasks stopped (LIFO)
-            self._poller.register(self._keeper.fileno(), zmq.POLLIN)
-        # Unwound first: whatever the reason for leaving, no task outlives the agent.
+            found = self._attach(stack)
+        else:
+            self._dismiss(stack)
+        # Unwound first: whatever the reason for leaving but a hand-over, no task outlives
+        # the agent.
         stack.callback(lambda: self._executor.close(self._clock()))
         self._log.info(
             "worker started", incarnation=format(self.incarnation, "x"),
@@ -153,14 +170,72 @@ class WorkerLoop:
             state=self._machine.phase.value, serve=self._cfg.advertise,
             keeper=self._keeper.pid if self._keeper is not None else None,
         )
+        if found is not None and found.groups:
+            self._adopt(found, channel)
         return channel
+
+    def _rundir(self, stack: contextlib.ExitStack, create: bool) -> RunDir | None:
+        """This id's runtime directory, locked for this agent's life (None if there is none
+        and ``create`` is false)."""
+        rundir = RunDir(self._cfg.worker_id)
+        if create:
+            try:
+                rundir.create()
+            except OSError as exc:
+                raise ConfigError("id", f"cannot create the runtime directory {rundir.path}: "
+                                  f"{exc.strerror} (set XDG_RUNTIME_DIR, or give this user "
+                                  "/run/corral, e.g. systemd's RuntimeDirectory=corral)") from None
+        elif not rundir.exists():
+            return None
+        if not rundir.lock():
+            raise DuplicateAgent(f"{rundir.path} is locked by another process")
+        stack.callback(rundir.close)  # unwound last: after a hand-over's H
+        return rundir
+
+    def _attach(self, stack: contextlib.ExitStack) -> Found:
+        """Attach to the keeper a previous agent of this id left (adopting its tasks), or to a
+        fresh one; an incompatible one's tasks are stopped first."""
+        keeper = self._keeper
+        assert keeper is not None
+        self._rundir(stack, create=True)
+        found = keeper.open()
+        stack.callback(keeper.close)  # after the tasks stopped (LIFO)
+        self._poller.register(keeper.fileno(), zmq.POLLIN)
+        self._keeper_open = True
+        if found.ended is not None:
+            self._log.warning("a lease keeper of another version or other settings: its "
+                              "tasks were stopped; starting fresh", reason=found.ended,
+                              tasks=found.ended_tasks)
+        return found
+
+    def _dismiss(self, stack: contextlib.ExitStack) -> None:
+        """No ``exec`` tasks here: a keeper an ``exec`` agent of this id left ends its tasks
+        (they cannot be adopted by this handler), before this agent starts any of its own."""
+        rundir = self._rundir(stack, create=False)
+        ended = dismiss(rundir, self._cfg.stop_grace + 15.0) if rundir is not None else None
+        if ended is not None:
+            self._log.warning("a lease keeper of an exec agent with this id: its tasks were "
+                              "stopped; starting fresh", reason=ended[0], tasks=ended[1])
+
+    def _adopt(self, found: Found, channel: Channel) -> None:
+        """Take over the task processes the keeper held: same pids, tokens and specs."""
+        self._runner.adopt(found.groups)
+        self._executor.adopted(found.groups)
+        if self._cfg.on_lease_loss is LeaseLoss.STOP:
+            self._lease_until = found.deadline
+        now = self._clock()
+        self._log.info("adopted the tasks a previous agent left running", tasks=len(found.groups),
+                       keeper=self._keeper.pid if self._keeper is not None else None,
+                       lease_left_s=round(found.deadline - now, 3))
+        grants = {g.task: Grant(g.token, g.spec) for g in found.groups}
+        self._dispatch(ev.Adopted(grants, found.deadline), now, channel)
 
     def _install_signals(self, stack: contextlib.ExitStack) -> None:
         if threading.current_thread() is not threading.main_thread():
             return  # signals are the main thread's; use request_stop() instead
         old_fd = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
         stack.callback(signal.set_wakeup_fd, old_fd)
-        for sig in (*STOP_SIGNALS, signal.SIGCHLD):
+        for sig in (*STOP_SIGNALS, HAND_OVER_SIGNAL, signal.SIGCHLD):
             old = signal.signal(sig, self._on_signal)
             stack.callback(signal.signal, sig, old)
 
@@ -175,6 +250,7 @@ class WorkerLoop:
             deadline = self._next_deadline(self._clock())
         if channel.unsent:
             deadline = min(deadline, self._clock() + RETRY_S)
+        self._watch(self._runner.fds())  # what ended last turn closed its pidfd
         ready = dict(self._poller.poll(max(0, math.ceil((deadline - self._clock()) * 1000))))
         now = self._clock()
         server = self._server
@@ -188,14 +264,18 @@ class WorkerLoop:
         if self._wake_r.fileno() in ready:
             self._drain_wake()
         while self._pending:
-            if self._pending.popleft() in STOP_SIGNALS:
+            signum = self._pending.popleft()
+            if signum == HAND_OVER_SIGNAL and self._keeper is not None \
+                    and self._keeper_open:
+                self._dispatch(ev.HandOverRequested(), now, channel)
+            elif signum in STOP_SIGNALS or signum == HAND_OVER_SIGNAL:
                 self._dispatch(ev.StopRequested(), now, channel)
             # SIGCHLD needs nothing more: the executor is polled below on every turn.
-        if self._keeper is not None and not self._keeper_lost \
+        if self._keeper is not None and self._keeper_open \
                 and self._keeper.fileno() in ready:
             reason = self._keeper.lost()
             if reason is not None:
-                self._keeper_lost = True
+                self._keeper_open = False
                 self._poller.unregister(self._keeper.fileno())
                 self._dispatch(ev.KeeperLost(reason), now, channel)
         if channel.unsent:
@@ -213,6 +293,18 @@ class WorkerLoop:
         self._dispatch(ev.Tick(), now, channel)
         if server is not None and server.socket in ready:
             server.drain()
+
+    def _watch(self, fds: list[int]) -> None:
+        """Poll the adopted leaders' pidfds (no SIGCHLD comes for them) and no others."""
+        now = set(fds)
+        if now == self._watched:
+            return
+        for fd in self._watched - now:
+            with contextlib.suppress(KeyError):
+                self._poller.unregister(fd)
+        for fd in now - self._watched:
+            self._poller.register(fd, zmq.POLLIN)
+        self._watched = now
 
     def _swap(self, pairs: list[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]]) -> None:
         """Poll the channel's reopened sockets instead of the ones they replace."""
@@ -249,8 +341,8 @@ class WorkerLoop:
         match action:
             case ev.StartTask():
                 return [self._executor.start(action)]
-            case ev.StopTask(task):
-                return self._executor.stop(task, now)
+            case ev.StopTask(task, lapsed):
+                return self._executor.stop(task, now, lapsed)
             case ev.LeaseExtended(expires):
                 if self._cfg.on_lease_loss is LeaseLoss.STOP:
                     self._lease_until = expires
@@ -258,6 +350,12 @@ class WorkerLoop:
                     self._keeper.extend(expires)
             case ev.Reconnect():
                 self._swap(channel.reopen_all())
+            case ev.HandOver():
+                self._watch([])
+                if self._keeper is not None and self._keeper_open:
+                    self._poller.unregister(self._keeper.fileno())
+                    self._keeper_open = False
+                self._executor.hand_over()
             case ev.SendStatus(status):
                 channel.send(status if self._server is None else self._server.annotate(status))
             case ev.Log(level, event, fields):

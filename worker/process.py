@@ -1,5 +1,5 @@
-"""The ``exec`` handler: one process group per task, and never an orphan (docs/worker.md,
-"exec", for operators).
+"""The ``exec`` handler: one process group per task, held to the lease by the keeper, and
+never an orphan (docs/worker.md, "exec", for operators).
 
 ``--exec "recorder --room {task} --url {spec.stream.url}"`` is split once with `shlex` and
 run without a shell; every ``{task}`` inside an argument is replaced by the task id and every
@@ -14,53 +14,75 @@ Lifecycle of one task's process group (the group id is the leader's pid)::
 
     running  -> (gone)    the leader exited by itself: the rest of the group is killed and
                           the task is reported as failed (the agent restarts it with backoff)
-    running  -> stopping  stop: SIGTERM to the whole group
+    running  -> stopping  stop: the keeper is told (the stop and its line are ours), then
+                          SIGTERM to the whole group
+    running  -> lapsed    stop once the lease has lapsed: the keeper ends it (and records it)
     stopping -> (gone)    the leader exited and the group is empty
     stopping -> killed    ``stop_grace`` passed: SIGKILL to the whole group
-    killed   -> (gone)    the leader is reaped
+    killed   -> (gone)    the leader is gone
+    running  -> (handed)  `hand_over`: the keeper holds it for the next agent (USR2)
 
-Nothing here blocks the agent's loop except `close`, the last call on every exit path, which
-waits at most ``stop_grace`` and then kills. If the agent itself is killed with SIGKILL, each
-leader gets SIGKILL from the kernel (``PR_SET_PDEATHSIG`` on Linux), and the lease keeper
-(`corral.worker.keeper`), which every group registers with before it execs, SIGKILLs the
-whole groups. The keeper also ends the groups when the lease lapses while the agent is frozen.
+Tasks no longer die with the agent: every group registers with the lease keeper
+(`corral.worker.keeper`) before it execs, and the keeper ends them at the lease's end unless a
+new agent with this id adopts them first (`adopt`: same processes, same tokens). An adopted
+leader is not our child: it is watched through its pidfd (`fds`), its exit status unknown.
+Nothing here blocks the agent's loop except `close`, the last call on every exit path but a
+hand-over, which waits at most ``stop_grace`` and then kills.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import re
+import select
 import shlex
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .events import TaskFailed, TaskStopped
 from .handlers import SpecError, StartError, TaskContext
-from .keeper import KeeperLink
+from .keeper import AdoptedGroup, KeeperLink
 from .template import PLACEHOLDER
 
 # While a stopped leader is gone but members of its group linger, look again this often: their
 # exits send no SIGCHLD to the agent (they are not its children).
 LINGER_CHECK = 0.05
-_PR_SET_PDEATHSIG = 1
+ADOPTED_END = "ended (adopted: not our child, its exit status is unknown)"
 
 
 @dataclass
 class _Group:
-    popen: subprocess.Popen[bytes]
+    pid: int  # the leader's, and the group id
+    popen: subprocess.Popen[bytes] | None  # None: adopted (`pidfd` watches it)
+    pidfd: int | None = None
     kill_at: float | None = None  # set by stop: SIGKILL the group at this time
     killed: bool = False
+    lapsed: bool = False  # stopped once the lease had lapsed: the keeper ends it
 
-    @property
-    def pgid(self) -> int:
-        return self.popen.pid
+    def ended(self) -> str | None:
+        """None while the leader runs; else how it ended."""
+        if self.popen is not None:
+            code = self.popen.poll()
+            return None if code is None else _describe(code)
+        assert self.pidfd is not None
+        return ADOPTED_END if _readable(self.pidfd, 0.0) else None
+
+    def wait(self, timeout: float) -> None:
+        if self.popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=max(0.0, timeout))
+        elif self.pidfd is not None:
+            _readable(self.pidfd, timeout)
+
+    def forget(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
 
 class ExecRunner:
@@ -74,7 +96,7 @@ class ExecRunner:
         self._grace = stop_grace
         self._env = {**os.environ, "CORRAL_WORKER": worker_id}
         self._groups: dict[str, _Group] = {}
-        self._die_with_parent = _die_with_parent()
+        self._settle: dict[str, tuple[int, bool]] = {}  # ended: (pid, the keeper's line)
         self.keeper = keeper
 
     def command(self, task: str | TaskContext) -> list[str]:
@@ -89,10 +111,19 @@ class ExecRunner:
         return [PLACEHOLDER.sub(value, arg) for arg in self._argv]
 
     def tasks(self) -> list[str]:
-        return [t for t, g in self._groups.items() if g.kill_at is None]
+        return [t for t, g in self._groups.items() if g.kill_at is None and not g.lapsed]
 
     def ready(self) -> bool:
         return True
+
+    def fds(self) -> list[int]:
+        """The adopted leaders' pidfds: readable when one ends (no SIGCHLD comes for them)."""
+        return [g.pidfd for g in self._groups.values() if g.pidfd is not None]
+
+    def adopt(self, groups: Iterable[AdoptedGroup]) -> None:
+        """Take over groups a previous agent of this id left running (from the keeper)."""
+        for g in groups:
+            self._groups[g.task] = _Group(g.pid, None, g.pidfd)
 
     def start(self, ctx: TaskContext) -> None:
         task = ctx.task
@@ -102,98 +133,119 @@ class ExecRunner:
         env = {**self._env, "CORRAL_TASK": task, "CORRAL_FENCING_TOKEN": str(ctx.token),
                "CORRAL_TASK_SPEC": ctx.spec_text if ctx.spec_text is not None else "{}",
                "CORRAL_SPEC_VERSION": ctx.spec_version}
+        hook = self.keeper.child_hook(task, ctx.token, ctx.spec_text) if self.keeper else None
         try:
             popen = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,  # its own process group: stop and kill reach them all
-                preexec_fn=self._child_hook(task),  # prctl, and a write to the keeper
+                preexec_fn=hook,  # registers the group with the keeper before it execs
             )
         except OSError as exc:  # gone since the start's check, or named per task
             raise StartError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
-        self._groups[task] = _Group(popen)
+        self._groups[task] = _Group(popen.pid, popen)
 
-    def _child_hook(self, task: str) -> Callable[[], None] | None:
-        hooks = [h for h in (self._die_with_parent,
-                             self.keeper.child_hook(task) if self.keeper else None) if h]
-        if len(hooks) < 2:
-            return hooks[0] if hooks else None
-        first, second = hooks
-
-        def both() -> None:
-            first()
-            second()
-
-        return both
-
-    def stop(self, task: str, now: float) -> bool:
-        """Begin stopping: True if it is already gone, else a `TaskStopped` comes from poll."""
+    def stop(self, task: str, now: float, lapsed: bool = False) -> TaskStopped | None:
+        """Begin stopping: the stop if it is already gone, else None (`poll` says when).
+        ``lapsed``: the lease lapsed, and the keeper ends the group on the same deadline."""
         group = self._groups.get(task)
         if group is None:
-            return True
-        if group.popen.poll() is not None:
-            _signal(group.pgid, signal.SIGKILL)  # the leader is gone: take the stragglers
-            del self._groups[task]
-            return True
-        if group.kill_at is None:
-            group.kill_at = now + self._grace
-            _signal(group.pgid, signal.SIGTERM)
-        return False
+            return TaskStopped(task)
+        if group.ended() is not None:
+            _signal(group.pid, signal.SIGKILL)  # the leader is gone: take the stragglers
+            return TaskStopped(task, by_keeper=self._gone(task, group))
+        if group.kill_at is None and not group.lapsed:
+            if lapsed and self.keeper is not None:
+                group.lapsed = True  # the keeper ends it at the lease's end: its stop
+            else:
+                group.kill_at = now + self._grace
+                if self.keeper is not None:
+                    self.keeper.announce(group.pid, time.monotonic() + self._grace)
+                _signal(group.pid, signal.SIGTERM)
+        return None
 
     def poll(self, now: float) -> list[TaskStopped | TaskFailed]:
         """Reap exited leaders, escalate overdue stops; report what ended."""
         out: list[TaskStopped | TaskFailed] = []
         groups = _LiveGroups()
         for task, group in list(self._groups.items()):
-            code = group.popen.poll()
-            if group.kill_at is None:
-                if code is not None:
-                    _signal(group.pgid, signal.SIGKILL)  # a crashed task's leftovers
-                    del self._groups[task]
-                    out.append(TaskFailed(task, _describe(code)))
+            how = group.ended()
+            if group.kill_at is None and not group.lapsed:
+                if how is not None:
+                    _signal(group.pid, signal.SIGKILL)  # a crashed task's leftovers
+                    out.append(TaskFailed(task, how, by_keeper=self._gone(task, group)))
                 continue
-            if code is not None and (group.killed or not groups.alive(group.pgid)):
-                del self._groups[task]
-                out.append(TaskStopped(task))
-            elif now >= group.kill_at and not group.killed:
-                _signal(group.pgid, signal.SIGKILL)
+            if how is not None and (group.killed or not groups.alive(group.pid)):
+                out.append(TaskStopped(task, by_keeper=self._gone(task, group)))
+            elif group.kill_at is not None and now >= group.kill_at and not group.killed:
+                _signal(group.pid, signal.SIGKILL)
                 group.killed = True
-                if code is not None:
-                    del self._groups[task]
-                    out.append(TaskStopped(task))
+                if how is not None:
+                    out.append(TaskStopped(task, by_keeper=self._gone(task, group)))
         return out
+
+    def settled(self, task: str) -> None:
+        """``task``'s end is recorded: tell the keeper whose line it was."""
+        pid, by_keeper = self._settle.pop(task, (0, False))
+        if pid and self.keeper is not None:
+            self.keeper.settled(pid, by_keeper)
+
+    def _gone(self, task: str, group: _Group) -> bool:
+        """``task``'s group has ended: is its stop line the keeper's (it said so: K)?"""
+        del self._groups[task]
+        group.forget()
+        keeper = self.keeper
+        by_keeper = keeper is not None and keeper.alive() and (
+            group.lapsed or keeper.claimed(group.pid))
+        self._settle[task] = (group.pid, by_keeper)
+        return by_keeper
 
     def next_deadline(self, now: float) -> float | None:
         times = []
         for group in self._groups.values():
-            if group.kill_at is None or group.killed:
+            if group.kill_at is None and not group.lapsed:
                 continue
-            if group.popen.returncode is not None:  # leader reaped, group still lingering
-                times.append(min(group.kill_at, now + LINGER_CHECK))
-            else:
+            if group.ended() is not None:
+                times.append(now + LINGER_CHECK)  # the leader is gone, its group not yet
+            elif group.kill_at is not None and not group.killed:
                 times.append(group.kill_at)
         return min(times, default=None)
 
-    def close(self) -> list[str]:
-        """Stop every group now (SIGTERM, at most ``stop_grace``, SIGKILL) and reap them all;
-        the tasks that were still running or stopping."""
+    def hand_over(self) -> None:
+        """Leave every group to the keeper, for the next agent of this id: nothing stops."""
+        assert self.keeper is not None
+        self.keeper.hand_over()
+        for group in self._groups.values():
+            group.forget()
+        self._groups.clear()
+
+    def close(self) -> list[TaskStopped]:
+        """Stop every group now (SIGTERM, at most ``stop_grace``, SIGKILL) and wait for them;
+        the tasks that ended. One that will not end (a process stuck in the kernel) is left to
+        the keeper, which ends and records it."""
         if not self._groups:
             return []
         deadline = time.monotonic() + self._grace
+        lost = self.keeper is None or not self.keeper.alive()
         for group in self._groups.values():
-            if group.kill_at is None:
-                _signal(group.pgid, signal.SIGTERM)
+            if group.kill_at is None and (lost or not group.lapsed):
+                if self.keeper is not None:
+                    self.keeper.announce(group.pid, deadline)
+                _signal(group.pid, signal.SIGTERM)
+                group.lapsed = False
         for group in self._groups.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                group.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-            _signal(group.pgid, signal.SIGKILL)
+            group.wait(deadline - time.monotonic())
+            _signal(group.pid, signal.SIGKILL)
+        out = []
+        for task, group in list(self._groups.items()):
+            group.wait(self._grace + 1.0)  # SIGKILLed: only a D-state hangs
+            if group.ended() is not None:
+                out.append(TaskStopped(task, by_keeper=self._gone(task, group)))
         for group in self._groups.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                group.popen.wait(timeout=self._grace + 1.0)  # SIGKILLed: only a D-state hangs
-        stopped = list(self._groups)
+            group.forget()
         self._groups.clear()
-        return stopped
+        return out
 
 
 def _spec_value(spec: object, path: str) -> str:
@@ -268,21 +320,8 @@ def _describe(code: int) -> str:
     return f"exited with status {code}"
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """A pre-exec hook that makes the kernel SIGKILL the task's leader when the agent dies, so
-    even ``kill -9`` of the agent leaves no task behind. Linux only; elsewhere None. It only
-    calls prctl (async-signal-safe), looked up here, before any fork."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
-        if os.getppid() != parent:  # the agent died before prctl took effect
-            os._exit(1)
-
-    return hook
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether a pidfd says its process has ended, waiting up to ``timeout`` seconds."""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return bool(p.poll(max(0, int(timeout * 1000))))

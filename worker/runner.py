@@ -6,7 +6,9 @@ adapts a plain `Handler` (log, python:…); `corral.worker.process.ExecRunner` r
 `TaskExecutor` wraps a runner with what every handler gets: the spec parsed and the
 `TaskContext` built (fencing token, spec, the lease deadline), exceptions caught and counted (a
 handler never crashes the agent; a bad spec is a failure of its task), and the journal written
-at the true start and stop, with the token and the spec's version.
+at the true start and stop, with the token and the spec's version — one line per event: a stop
+the lease keeper made is its line (``by_keeper``), and a task adopted from it gets an
+``adopt`` line, not a second start.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from .handlers import (
     caller,
     load_python_handler,
     parse_spec,
+    spec_version,
 )
 from .journal import Journal
-from .keeper import KeeperLink
+from .keeper import AdoptedGroup, KeeperLink, fingerprint
 from .process import ExecRunner
+from .rundir import RunDir
 
 
 class Runner(Protocol):
@@ -41,8 +45,9 @@ class Runner(Protocol):
     def start(self, ctx: TaskContext) -> None:
         """Start ``ctx.task``; raise if it cannot be started."""
 
-    def stop(self, task: str, now: float) -> bool:
-        """True if the task has stopped; False if a `TaskStopped` will come from `poll`."""
+    def stop(self, task: str, now: float, lapsed: bool = False) -> TaskStopped | None:
+        """The stop if the task has stopped; None if a `TaskStopped` will come from `poll`.
+        ``lapsed``: the lease lapsed (the keeper ends ``exec`` tasks then)."""
 
     def poll(self, now: float) -> list[TaskStopped | TaskFailed]:
         """Tasks that finished stopping, or ended on their own."""
@@ -59,8 +64,20 @@ class Runner(Protocol):
     def tasks(self) -> list[str]:
         """Started tasks that no one has asked to stop yet."""
 
-    def close(self) -> list[str]:
-        """End every task now, waiting a bounded time; the tasks it ended."""
+    def settled(self, task: str) -> None:
+        """``task``'s end has been recorded (or left to the keeper, ``by_keeper``)."""
+
+    def fds(self) -> list[int]:
+        """Descriptors readable when a task ends that sends no SIGCHLD (adopted ones)."""
+
+    def adopt(self, groups: tuple[AdoptedGroup, ...]) -> None:
+        """Take over what a previous agent of this id left running (``exec`` only)."""
+
+    def hand_over(self) -> None:
+        """Leave every task running to the keeper, for the next agent (``exec`` only)."""
+
+    def close(self) -> list[TaskStopped]:
+        """End every task now, waiting a bounded time; the stops of those that ended."""
 
 
 class CallRunner:
@@ -85,10 +102,10 @@ class CallRunner:
         self._start(ctx)
         self._started.add(ctx.task)
 
-    def stop(self, task: str, now: float) -> bool:
+    def stop(self, task: str, now: float, lapsed: bool = False) -> TaskStopped | None:
         self._started.discard(task)  # even if stop raises: there is nothing better to try
         self._handler.stop(task)
-        return True
+        return TaskStopped(task)
 
     def poll(self, now: float) -> list[TaskStopped | TaskFailed]:
         return []
@@ -102,7 +119,19 @@ class CallRunner:
     def tasks(self) -> list[str]:
         return sorted(self._started)
 
-    def close(self) -> list[str]:
+    def settled(self, task: str) -> None:
+        pass
+
+    def fds(self) -> list[int]:
+        return []
+
+    def adopt(self, groups: tuple[AdoptedGroup, ...]) -> None:
+        raise RuntimeError("only exec tasks outlive their agent")
+
+    def hand_over(self) -> None:
+        raise RuntimeError("python handlers run inside the agent: they drain instead")
+
+    def close(self) -> list[TaskStopped]:
         return []  # every task went through stop()
 
 
@@ -111,8 +140,10 @@ def build(cfg: WorkerConfig) -> Runner:
     if cfg.handler == "exec":
         if cfg.exec_template is None:
             raise ConfigError("exec", "--exec is required with --handler exec")
-        keeper = KeeperLink(cfg.stop_grace, cfg.on_lease_loss is LeaseLoss.STOP, cfg.journal,
-                        cfg.worker_id)
+        keeper = KeeperLink(RunDir(cfg.worker_id), cfg.stop_grace,
+                            cfg.on_lease_loss is LeaseLoss.STOP,
+                            str(cfg.journal) if cfg.journal is not None else None,
+                            cfg.worker_id, fingerprint(cfg.handler, cfg.exec_template))
         return ExecRunner(cfg.exec_template, cfg.stop_grace, cfg.worker_id, keeper)
     if cfg.handler == "log":
         return CallRunner(LogHandler())
@@ -152,23 +183,30 @@ class TaskExecutor:
             self._journaled.add(task)
         return TaskStarted(task)
 
-    def stop(self, task: str, now: float) -> list[Event]:
+    def adopted(self, groups: tuple[AdoptedGroup, ...]) -> None:
+        """Tasks handed over by the keeper: an ``adopt`` line each (they did not start)."""
+        for g in groups:
+            if self._journal is not None:
+                self._journal.adopt(g.task, g.token, spec_version(g.spec), g.pid)
+                self._journaled.add(g.task)
+
+    def stop(self, task: str, now: float, lapsed: bool = False) -> list[Event]:
         try:
-            done = self._runner.stop(task, now)
+            done = self._runner.stop(task, now, lapsed)
         except Exception as exc:  # it may still run, but no retry could know better
             self.handler_errors += 1
             self._log.error("handler stop raised; taking the task as stopped",
                             task=task, error=repr(exc))
-            done = True
-        if not done:
+            done = TaskStopped(task)
+        if done is None:
             return []
-        self._stopped(task)
-        return [TaskStopped(task)]
+        self._stopped(done)
+        return [done]
 
     def poll(self, now: float) -> list[Event]:
         events: list[Event] = []
         for event in self._runner.poll(now):
-            self._stopped(event.task)
+            self._stopped(event)
             events.append(event)
         return events
 
@@ -184,12 +222,20 @@ class TaskExecutor:
         """Stop whatever still runs (only on an abnormal exit is anything left)."""
         for task in self._runner.tasks():
             self.stop(task, now)
-        for task in self._runner.close():
-            self._stopped(task)
+        for event in self._runner.close():
+            self._stopped(event)
         if self._journal is not None:
             self._journal.close()
 
-    def _stopped(self, task: str) -> None:
+    def hand_over(self) -> None:
+        """Leave the tasks running to the keeper: no stop line, for nothing stopped."""
+        self._runner.hand_over()
+        self._journaled.clear()
+
+    def _stopped(self, event: TaskStopped | TaskFailed) -> None:
+        task = event.task
         if self._journal is not None and task in self._journaled:  # one stop line per start
             self._journaled.discard(task)
-            self._journal.stop(task)
+            if not event.by_keeper:  # else the keeper wrote it: it made that stop
+                self._journal.stop(task)
+        self._runner.settled(task)

@@ -1,7 +1,8 @@
 """The worker state machine: pure. ``handle(event, now) -> actions``; time is a parameter, and
 there are no sockets, threads or clock reads in here.
 
-Worker phases (reported as `WorkerState`: starting, ready, lame_duck, lame_duck)::
+Worker phases (reported as `WorkerState`: starting, ready, lame_duck, lame_duck,
+handing_over)::
 
     starting -> ready       HandlerReady, or ``ready_after`` seconds passed
     starting -> lame_duck   first StopRequested before it was ever ready
@@ -10,6 +11,12 @@ Worker phases (reported as `WorkerState`: starting, ready, lame_duck, lame_duck)
                             or a second StopRequested (0)
     any      -> stopping    a Refusal for this incarnation (exit 3)
     stopping -> exited      every task has stopped: one last report, then Exit(code)
+    starting|ready|lame_duck -> handing_over -> exited
+                            HandOverRequested: one last report, HandOver (the keeper keeps the
+                            tasks running for the next agent of this id), Exit(0)
+
+An agent that adopts tasks a previous incarnation left with the keeper (`Adopted`) holds them
+as running, under their grants, and under the lease they ran under until its first set.
 
 Tasks and their lifecycles are `corral.worker.tasks.TaskTable`'s; the machine decides whether
 they may start (phase, lease). What a set asks (remove wins over add, a reset stops the rest,
@@ -57,6 +64,7 @@ class Phase(StrEnum):
     READY = "ready"
     LAME_DUCK = "lame_duck"
     STOPPING = "stopping"
+    HANDING_OVER = "handing_over"
     EXITED = "exited"
 
 
@@ -65,6 +73,7 @@ _REPORTED = {
     Phase.READY: WorkerState.READY,
     Phase.LAME_DUCK: WorkerState.LAME_DUCK,
     Phase.STOPPING: WorkerState.LAME_DUCK,
+    Phase.HANDING_OVER: WorkerState.HANDING_OVER,
     Phase.EXITED: WorkerState.LAME_DUCK,
 }
 
@@ -171,6 +180,11 @@ class WorkerMachine:
                 self._on_refusal(event.message, out)
         elif isinstance(event, ev.StopRequested):
             self._on_stop_requested(now, out)
+        elif isinstance(event, ev.HandOverRequested):
+            self._hand_over(now, out)
+            return out
+        elif isinstance(event, ev.Adopted):
+            self._adopt(event, now)
         elif isinstance(event, ev.HandlerReady):
             if self._phase is Phase.STARTING:
                 self._become_ready(out)
@@ -199,7 +213,7 @@ class WorkerMachine:
             out.append(ev.Log("warning", "lease lost: no renewal from the supervisor",
                               {"tasks": len(self._tasks), "action": "keep" if keep else "stop"}))
             if not keep:
-                self._tasks.stop_all(out)
+                self._tasks.stop_all(out, lapsed=True)
             self._reconnect_at = self._lease_expires + \
                 self._lease_length * RECONNECT_FRACTION_OF_LEASE
         if self._reconnect_at is not None and now >= self._reconnect_at:
@@ -301,6 +315,24 @@ class WorkerMachine:
             out.append(ev.Log("info", "second stop request: stopping now",
                               {"tasks": len(self._tasks)}))
             self._shut_down(ev.EXIT_OK, out)
+
+    def _hand_over(self, now: float, out: list[ev.Action]) -> None:
+        if self._phase in (Phase.STOPPING, Phase.EXITED):
+            out.append(ev.Log("info", "already stopping: no hand-over"))
+            return
+        self._phase = Phase.HANDING_OVER
+        out.append(ev.Log("info", "handing over: the tasks keep running for the next agent",
+                          {"tasks": len(self._tasks)}))
+        out.append(ev.SendStatus(self._status(now)))  # the last word: handing over
+        out += [ev.HandOver(), ev.Exit(ev.EXIT_OK)]
+        self._phase = Phase.EXITED
+
+    def _adopt(self, event: ev.Adopted, now: float) -> None:
+        for task, grant in event.grants.items():
+            self._tasks.adopt(task, grant, now)
+        self._lease_expires = max(self._lease_expires, event.lease_expires)
+        self._lease_held = bool(event.grants)  # `_expire` ends it if it has lapsed already
+        self._dirty = True
 
     # -- helpers -------------------------------------------------------------------------------
 

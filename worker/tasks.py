@@ -7,6 +7,7 @@ to each task and appends the resulting `StartTask`/`StopTask`/`Log` actions.
 Task lifecycle (``running`` in reports lists every held task, whatever its state)::
 
     starting -> running     TaskStarted
+    (adopted) -> running    a process a previous agent of this id left running (`adopt`)
     starting -> backoff     TaskFailed (start raised)
     running  -> backoff     TaskFailed (it ended on its own); restart after Backoff.delay
     backoff  -> starting    its retry time came, and the worker may run tasks
@@ -171,7 +172,11 @@ class TaskTable:
                 self.stop(task, out)
                 rec.again = grant
 
-    def stop(self, task: str, out: list[ev.Action]) -> None:
+    def adopt(self, task: str, grant: Grant, now: float) -> None:
+        """``task`` runs already, under ``grant``: a previous agent's process, handed over."""
+        self._tasks[task] = _Task(TaskState.RUNNING, grant, since=now)
+
+    def stop(self, task: str, out: list[ev.Action], lapsed: bool = False) -> None:
         rec = self._tasks.get(task)
         if rec is None:
             return
@@ -181,11 +186,11 @@ class TaskTable:
             del self._tasks[task]
         elif rec.state is not TaskState.STOPPING:
             rec.state = TaskState.STOPPING
-            out.append(ev.StopTask(task))
+            out.append(ev.StopTask(task, lapsed))
 
-    def stop_all(self, out: list[ev.Action]) -> None:
+    def stop_all(self, out: list[ev.Action], lapsed: bool = False) -> None:
         for task in sorted(self._tasks):
-            self.stop(task, out)
+            self.stop(task, out, lapsed)
 
     def started(self, task: str, now: float) -> bool:
         rec = self._tasks.get(task)

@@ -1,6 +1,8 @@
 """The lease keeper with real processes: a `corral-worker run` with ``exec`` tasks against a
-fake supervisor, the agent frozen (SIGSTOP), killed, or its keeper killed. Every process is
-stopped by pid at the end (the `workers` fixture; task groups by the agent or its keeper)."""
+fake supervisor, the agent frozen (SIGSTOP) or its keeper killed (the agent killed or handed
+over: test_worker_handover.py). Every process is stopped by pid at the end (the `workers`
+fixture; task groups by the agent or its keeper, and keepers left behind by the autouse
+fixture)."""
 
 from __future__ import annotations
 
@@ -87,6 +89,9 @@ def test_a_frozen_agent_s_tasks_end_when_its_lease_lapses(
         status = supervisor.recv()
         assert not status.lease_held and status.running == {}
     assert [d for d in lines(tmp_path / "journal") if d["event"] == "start"][2:] == []
+    # The keeper's stops are the keeper's lines alone: the agent, awake, adds none.
+    assert [d["by"] for d in lines(tmp_path / "journal") if d["event"] == "stop"] == \
+        ["keeper", "keeper"]
     assert agent.poll() is None
     # A new lease and set: it takes tasks again.
     supervisor.answer(status, add=(str(tmp_path / "c"),), lease=30.0)
@@ -131,19 +136,3 @@ def test_a_killed_keeper_stops_the_tasks_and_the_agent_exits_4_within_a_second(
     assert took < 1.0, took
     assert not any(alive(p) for p in procs)
     assert "lease keeper gone" in agent.output()
-
-
-def test_a_killed_agent_s_keeper_ends_whole_groups(
-        supervisor: FakeSupervisor, workers: Workers, tmp_path: Path) -> None:
-    agent = exec_worker(workers, supervisor, tmp_path)
-    task = str(tmp_path / "a")
-    hold(supervisor, (task,), lease=30.0)
-    leader, child = pids(Path(task))
-    keeper = keeper_of(agent.pid)
-    os.kill(agent.pid, signal.SIGKILL)
-    agent.wait(5.0)
-    # PDEATHSIG takes the leader; the keeper takes the rest of its group, then exits.
-    wait_until(lambda: not alive(leader) and not alive(child), what="the group ended")
-    wait_until(lambda: not alive(keeper), what="the keeper exited")
-    stops = [d for d in lines(tmp_path / "journal") if d["event"] == "stop"]
-    assert [(d["task"], d.get("by")) for d in stops] == [(task, "keeper")]

@@ -14,9 +14,12 @@ from corral.common.wire.protocol import Instructions, Refusal, Status, WorkerSta
 from corral.worker.config import Backoff, LeaseLoss, WorkerConfig
 from corral.worker.events import (
     Action,
+    Adopted,
     Event,
     Exit,
     HandlerReady,
+    HandOver,
+    HandOverRequested,
     Log,
     Received,
     Reconnect,
@@ -29,6 +32,7 @@ from corral.worker.events import (
     TaskStopped,
     Tick,
 )
+from corral.worker.sets import Grant
 from corral.worker.state import Phase, TaskState, WorkerMachine
 
 INC = 77
@@ -488,21 +492,26 @@ ops = st.one_of(
     st.tuples(st.just("stopped"), st.sampled_from(TASKS)),
     st.tuples(st.just("signal")),
     st.tuples(st.just("ready")),
+    st.tuples(st.just("handover")),
 )
 
 
-@given(st.lists(ops, max_size=40), st.booleans(), st.booleans(), st.booleans())
+@given(st.lists(ops, max_size=40), st.booleans(), st.booleans(), st.booleans(),
+       st.sets(st.sampled_from(TASKS)), st.sampled_from([0.5, 3.0]))
 @example([("set", {"a"}, set(), False, 1, 6.0), ("fail", "a"), ("wait", 0.5), ("wait", 3.0)],
-         False, False, False)  # a restarted task that then runs past reset_after
+         False, False, False, set(), 0.5)  # a restarted task that then runs past reset_after
 def test_invariants_hold_for_any_event_sequence(
-        script: list[tuple], keep: bool, waits: bool, async_stop: bool) -> None:
+        script: list[tuple], keep: bool, waits: bool, async_stop: bool, adopted: set[str],
+        inherited: float) -> None:
     cfg = replace(CFG, on_lease_loss=LeaseLoss.KEEP if keep else LeaseLoss.STOP,
                   backoff=Backoff(base=0.5, cap=2.0, reset_after=2.5))  # short: reachable
     s = Sim(cfg, waits=waits, async_stop=async_stop)
-    running: set[str] = set()  # what a real runner would be running now
+    running: set[str] = set(adopted)  # what a real runner would be running now
     stopping: set[str] = set()
+    if adopted:  # processes a previous agent of this id left with the keeper
+        s.feed(Adopted({t: Grant(T(1), None) for t in adopted}, s.now + inherited))
     epoch = 1
-    exited = False
+    exited = handed = False
     for op in script:
         before = len(s.actions)
         if op[0] == "set":
@@ -524,6 +533,8 @@ def test_invariants_hold_for_any_event_sequence(
             s.feed(StopRequested())
         elif op[0] == "ready":
             s.feed(HandlerReady())
+        elif op[0] == "handover":
+            s.feed(HandOverRequested())
         lease_ok = s.m._lease_held or keep  # white-box: the rule under test
         for a in s.actions[before:]:
             assert not exited, "nothing happens after Exit"
@@ -537,8 +548,11 @@ def test_invariants_hold_for_any_event_sequence(
                     stopping.add(a.task)
                 else:
                     running.discard(a.task)
+            elif isinstance(a, HandOver):
+                handed = True
             elif isinstance(a, Exit):
-                assert not running, "exit only once every task has stopped"
+                assert handed or not running, "exit only once every task has stopped"
+                assert a.code == 0 or not handed
                 exited = True
         held = set(s.m.task_states())
         assert running <= held, "everything that runs is reported"
@@ -586,3 +600,53 @@ def test_a_renewed_worker_reports_once_per_interval(lease: float, rtt: float,
         s.send(lease=lease, answers=s.last)
     gaps = [b - a for a, b in pairwise(sent[1:])]
     assert gaps and all(g == pytest.approx(lease / 2) for g in gaps), gaps
+
+
+# -- hand-over and adoption (exec tasks outlive their agent) -----------------------------------
+
+
+def test_a_hand_over_reports_handing_over_then_exits_without_stopping_anything() -> None:
+    s = Sim()
+    s.send(add=("a", "b"))
+    out = s.feed(HandOverRequested())
+    kinds = [type(a) for a in out]
+    assert kinds == [Log, SendStatus, HandOver, Exit]
+    last = next(a.status for a in out if isinstance(a, SendStatus))
+    assert last.state is WorkerState.HANDING_OVER and set(last.running) == {"a", "b"}
+    assert s.stopped == [] and out[-1] == Exit(0)
+    assert s.m.phase is Phase.EXITED and s.m.handle(Tick(), s.now + 100) == []
+
+
+def test_a_hand_over_is_refused_while_stopping() -> None:
+    s = Sim(async_stop=True)
+    s.send(add=("a",))
+    s.feed(StopRequested())
+    s.feed(StopRequested())  # the second: stopping now
+    out = s.feed(HandOverRequested())
+    assert [type(a) for a in out] == [Log] and s.m.phase is Phase.STOPPING
+
+
+def test_adopted_tasks_run_under_their_grants_and_the_lease_they_ran_under() -> None:
+    s = Sim()
+    s.feed(Adopted({"a": Grant(T(3), '{"x":1}')}, lease_expires=105.0))
+    first = s.tick()
+    assert first is not None and first.running == {"a": T(3)} and first.starting == ()
+    assert first.lease_held and s.m.task_states() == {"a": TaskState.RUNNING}
+    # The supervisor's reset to this incarnation names what it adopted: nothing restarts.
+    msg = Instructions(epoch=3, seq=1, incarnation=INC, lease=10.0, answers_seq=first.seq,
+                       answers_sent_at=first.sent_at, reset=True, add=("a",),
+                       tokens={"a": T(3)}, specs={"a": '{"x":1}'})
+    out = s.feed(Received(msg))
+    assert not any(isinstance(a, (StartTask, StopTask)) for a in out)
+    assert s.m.lease_expires == pytest.approx(110.0)
+
+
+def test_adopted_tasks_stop_with_the_inherited_lease_unless_it_is_renewed() -> None:
+    s = Sim(async_stop=True)
+    s.feed(Adopted({"a": Grant(T(3), None)}, lease_expires=101.0))
+    s.tick()
+    assert not any(isinstance(a, StopTask) for a in s.actions)
+    s.now = 101.0
+    out = s.feed(Tick())
+    assert StopTask("a", lapsed=True) in out  # the keeper ends it on the same deadline
+    assert "lease lost: no renewal from the supervisor" in s.logs("warning")
