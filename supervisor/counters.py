@@ -24,6 +24,7 @@ class Counters:
     bad_ids: int = 0  # reports whose worker id, zone, labels or task ids hold a forbidden char
     start_timeouts: int = 0  # replicas moved because their worker did not start them in time
     restarts: int = 0  # a worker id came back with a new incarnation
+    handovers: int = 0  # a new incarnation took over a hand-over its predecessor announced
     revivals: int = 0  # an inactive worker reported again
     duplicate_ids: int = 0  # second live processes refused for using a taken id
     lease_expiries: int = 0  # workers whose timeout fired

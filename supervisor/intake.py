@@ -196,7 +196,12 @@ class Intake:
             return
         if outcome in _SAME_PROCESS:
             self._heard(rec, st, now)
-            if rec.contender is not None:
+            if rec.contender is not None and st.state is WorkerState.HANDING_OVER:
+                # The holder announces its hand-over while its successor waits: it goes now.
+                self._counters.handovers += 1
+                self._registry.accept_contender(rec, now)
+                outcome, st = Outcome.RESTARTED, rec.status
+            elif rec.contender is not None:
                 # The live holder spoke while a contender waited: that is a second live
                 # process with its id, refused for good.
                 identity, inc, why = self._registry.refuse_contender(rec)

@@ -35,6 +35,7 @@ COUNTERS = {
     "send_failures": "sends dropped because the worker was gone or slow",
     "joins": "workers that joined",
     "restarts": "workers that came back with a new incarnation",
+    "handovers": "new incarnations that took over a hand-over their predecessor announced",
     "duplicate_ids": "second live workers refused for using a taken id",
     "contested_ids": "second processes that reported under a live worker's id",
     "lease_expiries": "workers whose lease + margin passed in silence",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from corral.common.timers import TimerWheel
+from corral.common.wire.protocol import WorkerState
 from corral.common.wire.routemap import MapVersions, RouteMap, WorkerEntry
 
 from .assigner import Assigner
@@ -382,7 +383,9 @@ class Queries:
         for rec in self._registry:
             st = rec.status
             if rec.active and st.serve:
-                workers[rec.id] = WorkerEntry(st.serve, st.state.value)
+                # Clients know ready, starting, lame_duck: a worker leaving is a lame duck.
+                state = "lame_duck" if st.state is WorkerState.HANDING_OVER else st.state.value
+                workers[rec.id] = WorkerEntry(st.serve, state)
                 running[rec.id] = st.running
         view, handoffs = self._assigner.view, self._assigner.handoffs
         owners_of = view.owners

@@ -12,7 +12,10 @@ runs) is a *contender*: nothing is sent to it until the old process is known to 
 send to the old connection found no such peer (`peer_gone`), or the old one's lease + margin
 passed in silence. If the old one reports again meanwhile, the contender is refused. A worker
 restarted after a crash is therefore taken over at once (its old connection is gone), and a
-thief never runs a task while the owner lives.
+thief never runs a task while the owner lives. The one exception is a hand-over the holder
+announced itself, from its own connection (its report says ``handing_over``: it leaves its
+``exec`` tasks running for its successor to adopt): the next incarnation takes the id at once,
+and so does a contender that was already waiting.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from enum import IntEnum
 from typing import Any
 
 from corral.common.timers import LazyTimers, TimerWheel
-from corral.common.wire.protocol import Status
+from corral.common.wire.protocol import Status, WorkerState
 
 from .counters import Counters
 from .fresh import FreshIds
@@ -139,6 +142,9 @@ class Registry:
             return Outcome.REFUSED, rec
         if not rec.active:
             return self._take_over(rec, identity, st, now), rec
+        if rec.status.state is WorkerState.HANDING_OVER and inc != rec.prev_incarnation:
+            self._counters.handovers += 1  # announced by the holder: its successor is here
+            return self._take_over(rec, identity, st, now), rec
         if inc == rec.prev_incarnation:
             # The process this one replaced speaks again: it lost its id when it was taken
             # for gone; it is refused, the current one keeps the id.
@@ -202,7 +208,8 @@ class Registry:
         return rec
 
     def accept_contender(self, rec: WorkerRecord, now: float) -> None:
-        """The holder of a contended id is gone: the contender takes the id over."""
+        """The holder of a contended id is gone (or handing over): the contender takes the id
+        over."""
         assert rec.contender is not None
         identity, st = rec.contender
         self._take_over(rec, identity, st, now)

@@ -36,6 +36,7 @@ from corral.supervisor.events import (
 from corral.supervisor.lifecycle import Phase
 from corral.worker import events as wev
 from corral.worker.config import WorkerConfig
+from corral.worker.sets import Grant
 from corral.worker.state import WorkerMachine
 
 REPORT_INTERVAL = 1.0
@@ -159,6 +160,23 @@ class ModelWorker:
         return ModelWorker(self.id, self.max_load, self.incarnation + 1, journal=self.journal,
                            now=now, zone=self.zone)
 
+    def hand_over(self, now: float) -> Status:
+        """SIGUSR2 (an ``exec`` agent): its last report, ``handing_over``; it exits 0 and its
+        task processes run on with its lease keeper."""
+        (last,) = self._feed(wev.HandOverRequested(), now)
+        return last
+
+    def successor(self, now: float) -> ModelWorker:
+        """The next process with this id, adopting from the keeper what this one ran (after a
+        hand-over, or a crash within the lease): same tasks, same tokens, same lease."""
+        new = ModelWorker(self.id, self.max_load, self.incarnation + 1, journal=self.journal,
+                          now=now, zone=self.zone)
+        held = self.last.running if self.last is not None else {}
+        grants = {t: Grant(held.get(t, 0), None) for t in self.machine.task_states()}
+        new._feed(wev.Adopted(grants, self.machine.lease_expires), now)
+        new.journal += [(now, "adopt", t) for t in grants]
+        return new
+
 
 def config(**kw: Any) -> SupervisorConfig:
     base: dict[str, Any] = dict(tasks="file:unused", warmup=5.0, lease=4.0, lease_margin=1.0,
@@ -228,10 +246,10 @@ class Harness:
                 self.logs.append((a.level, a.event))
                 self.log_fields[a.event] = dict(a.fields)
 
-    def deliver(self, w: ModelWorker, status: Status | None) -> None:
+    def deliver(self, w: ModelWorker, status: Status | None, last: bool = False) -> None:
         """``status`` reaches the supervisor as the daemon hands it over: a frame with its
-        task maps still encoded (`RawReport`)."""
-        if status is not None and w.exited is None:
+        task maps still encoded (`RawReport`). ``last``: its final report, sent as it exits."""
+        if status is not None and (w.exited is None or last):
             frame = encode(status)
             self.run(self.core.handle(RawReport(w.identity, glance_status(frame), frame),
                                       self.now))
