@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 VOLATILE = ("last_report_age_s", "report_ms")  # change with every listing: not a delta
-STATES = ("ready", "starting", "lame_duck", "drained", "inactive")
+STATES = ("ready", "starting", "lame_duck", "handing_over", "drained", "inactive")
 SORTS = ("id", "state", "zone", "utilization", "running", "max_load", "age", "serving")
 BINS = 20  # the utilization histogram's bars (0–5 %, 5–10 %, …, 95–100 %+)
 

@@ -47,7 +47,7 @@ VERBS: dict[str, Verb] = {
              "zone)",
              args=(_LIMIT, _AFTER,
                    Arg("state", str, "only workers in this state (ready, inactive, drained, "
-                       "starting, lame_duck)"),
+                       "starting, lame_duck, handing_over)"),
                    Arg("zone", str, "only workers in this zone or below it (eu-1 matches "
                        "eu-1/rack-7)"))),
         Verb("tasks", "tasks with owners, fencing tokens and why any are pending (paged)",

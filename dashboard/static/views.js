@@ -61,7 +61,7 @@ const Views = (() => {
 
   function stateText(row) {
     if (row.drained && row.state !== "inactive") return "drained";
-    return row.state === "lame_duck" ? "lame duck" : row.state;
+    return row.state.replace("_", " ");  // lame duck, handing over
   }
 
   function workerRow(row, ctx) {
