@@ -1,5 +1,7 @@
 """A corral cluster on loopback for scripts (benchmarks, the demo): a supervisor and workers as
-real processes, each stopped by pid when the cluster closes, whatever happened."""
+real processes, each stopped by pid when the cluster closes, whatever happened — and the lease
+keepers that ``exec`` workers killed meanwhile left behind (the workers' runtime directory,
+``XDG_RUNTIME_DIR``, is the cluster's own), with their tasks."""
 
 from __future__ import annotations
 
@@ -16,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from chaostools.ports import free_port  # scripts/ is on the path (scripts/bench, demo.py)
+
+from corral.worker.keeper import dismiss
+from corral.worker.rundir import RunDir
 
 BIN = Path(sys.executable).parent
 
@@ -60,7 +65,8 @@ class Cluster:
         log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 (closed in close())
         self._logs.append(log)
         p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                             env={**os.environ, "CORRAL_LOG_JSON": "1"})
+                             env={**os.environ, "CORRAL_LOG_JSON": "1",
+                                  "XDG_RUNTIME_DIR": str(self.dir / "run")})
         self.procs[name] = p
         return p
 
@@ -98,7 +104,7 @@ class Cluster:
             if path.exists():
                 for line in path.read_text().splitlines():
                     e = json.loads(line)
-                    if e["event"] == "start":
+                    if e["event"] in ("start", "adopt"):  # adopt: the same process runs on
                         live[e["task"]] = None
                     else:
                         live.pop(e["task"], None)
@@ -135,3 +141,5 @@ class Cluster:
                 p.wait(5)
         for log in self._logs:
             log.close()
+        for path in sorted((self.dir / "run" / "corral").glob("*")):
+            dismiss(RunDir.at(path), wait=15.0)  # a killed exec worker's keeper and tasks

@@ -19,8 +19,12 @@ and judges them:
 
 How the harness's events become spans:
 
-- a process killed with SIGKILL holds nothing from the instant it was killed (its journal has
-  no stop lines: it could not write them);
+- a ``log`` worker killed with SIGKILL holds nothing from the instant it was killed (its
+  journal has no stop lines: it could not write them). An ``exec`` worker's task processes
+  outlive it: the lease keeper holds them until the next process with its id adopts them
+  (its journal's ``adopt`` lines: the same process runs on, the span passes to the new owner
+  process) or ends them at the lease's end (its stop lines, ``"by": "keeper"``): judged as
+  for a freeze from the agent's end;
 - a frozen (SIGSTOPped) ``log`` worker runs nothing while frozen: its spans are cut at the
   SIGSTOP and resume at the SIGCONT. A zombie — frozen past its lease, its tasks moved
   meanwhile — must stop them as the first thing it does on waking: an overlap that starts at
@@ -66,20 +70,39 @@ def build_spans(journals: dict[str, list[dict[str, Any]]],
     out: list[Span] = []
     for key, lines in journals.items():
         p = processes[key]
-        opened: dict[str, float] = {}
-        raw: list[tuple[str, float, float]] = []
+        opened: dict[str, tuple[float, bool]] = {}
+        raw: list[tuple[str, float, float, bool]] = []
         for d in sorted(lines, key=lambda d: float(d["t"])):
             task, t = str(d["task"]), float(d["t"])
-            if d["event"] == "start":
-                opened.setdefault(task, t)
+            if d["event"] in ("start", "adopt"):
+                opened.setdefault(task, (t, d["event"] == "adopt"))
             elif d["event"] == "stop" and task in opened:
-                raw.append((task, opened.pop(task), t))
+                a, adopted = opened.pop(task)
+                raw.append((task, a, t, adopted))
         end = INF if p.ended is None else p.ended
-        raw += [(task, t, max(t, end)) for task, t in opened.items()]
-        for task, a, b in raw:
-            span = Span(task, key, p.worker, a, b)
-            out += _mark(span, p.frozen) if p.exec else _cut(span, p.frozen)
+        for task, (t, adopted) in opened.items():
+            b = _outlived(task, p, journals, processes) if p.exec and end < INF else end
+            raw.append((task, t, max(t, b), adopted))
+        # An exec agent's end is a freeze that never thaws, for the processes it leaves.
+        gone = (*p.frozen, (end, None)) if p.exec and end < INF else p.frozen
+        for task, a, b, adopted in raw:
+            span = Span(task, key, p.worker, a, b, split=adopted)
+            out += _mark(span, gone) if p.exec else _cut(span, p.frozen)
     return out
+
+
+def _outlived(task: str, p: Process, journals: dict[str, list[dict[str, Any]]],
+              processes: dict[str, Process]) -> float:
+    """When an exec task's process left running by ``p`` (killed, or handed over) ended for
+    ``p``: adopted by a later process with its id, or ended by the keeper (a line in a later
+    process's journal: the keeper writes to the last agent's) — INF if neither (yet)."""
+    assert p.ended is not None
+    ends = [float(d["t"]) for key, lines in journals.items()
+            if processes[key].worker == p.worker and processes[key].started >= p.started
+            and key != p.key for d in lines
+            if d["task"] == task and float(d["t"]) >= p.ended - EPS
+            and (d["event"] == "adopt" or d.get("by") == "keeper")]
+    return min(ends, default=INF)
 
 
 def _mark(span: Span, frozen: tuple[tuple[float, float | None], ...]) -> list[Span]:

@@ -3,7 +3,10 @@ on loopback, every worker behind its own route of the fault-injecting proxy — 
 checker needs to know of them: when each process started, was killed, frozen and thawed.
 
 Every process is started in a new session and stopped by its pid (a worker by its process
-group, which holds its tasks when the handler runs any). `stop_all` is the one way out.
+group). An ``exec`` worker's task processes outlive it (its lease keeper holds them, for the
+next process with its id): the workers' runtime directory (``XDG_RUNTIME_DIR``) is the run's
+own, and `stop_all` ends the keepers left in it, with their tasks. `stop_all` is the one way
+out.
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +26,8 @@ from typing import Any
 
 from corral.client.control import request
 from corral.client.errors import ControlFailed, Unreachable
+from corral.worker.keeper import dismiss
+from corral.worker.rundir import RunDir
 
 from .checker import Process
 from .ports import free_port
@@ -72,6 +79,7 @@ class Fleet:
         self.max_load = max_load
         (workdir / "journals").mkdir(parents=True, exist_ok=True)
         (workdir / "logs").mkdir(exist_ok=True)
+        self.runtime = Path(tempfile.mkdtemp(prefix="corral-chaos-", dir="/tmp"))  # short
         self.tasks_file = workdir / "tasks.txt"
         self.write_tasks(tasks)
         self.state_file = workdir / "supervisor.epoch"
@@ -238,14 +246,29 @@ class Fleet:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.popen.wait(5)
         self.reap()
+        self._end_keepers()
         self.proxy.close()
+
+    def _end_keepers(self) -> None:
+        """The lease keepers the killed workers left, with their tasks; by pid if one lingers."""
+        for path in sorted((self.runtime / "corral").glob("*")):
+            with contextlib.suppress(OSError):
+                dismiss(RunDir.at(path), wait=10.0)
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                if any(a.endswith(b"keeperproc.py") for a in argv) and \
+                        any(a.startswith(bytes(self.runtime) + b"/") for a in argv):
+                    os.kill(int(entry.name), signal.SIGKILL)
+        shutil.rmtree(self.runtime, ignore_errors=True)
 
     def _spawn(self, key: str, worker: str | None, args: list[str],
                journal: Path | None) -> Proc:
         log = self.dir / "logs" / f"{key.replace('#', '.')}.log"
         with log.open("ab") as fh:
             popen = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh,
-                                     env={**os.environ, "CORRAL_LOG_JSON": "1"},
+                                     env={**os.environ, "CORRAL_LOG_JSON": "1",
+                                          "XDG_RUNTIME_DIR": str(self.runtime)},
                                      start_new_session=True)
         proc = Proc(key, worker, popen, log, journal, time.monotonic())
         self.procs.append(proc)

@@ -4,7 +4,6 @@ grace period is decided by the test, not by the clock) and through the real agen
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 from collections.abc import Iterator

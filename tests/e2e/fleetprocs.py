@@ -49,6 +49,8 @@ def intervals(procs: Procs, workers: list[str]) -> list[Span]:
         for e in journal(procs, w):
             if e["event"] == "start":
                 open_at[e["task"]] = e["t"]
+            elif e["event"] == "adopt":  # the next agent took the same process over
+                open_at.setdefault(e["task"], e["t"])
             elif e["event"] == "stop" and e["task"] in open_at:
                 spans.append(Span(e["task"], w, open_at.pop(e["task"]), e["t"]))
         spans += [Span(t, w, s, None) for t, s in open_at.items()]

@@ -215,3 +215,30 @@ def test_a_new_owner_cut_off_during_a_hand_off_gives_the_task_up_at_its_lease() 
                 "b#1": [line(10.0, "start", worker="b"), line(11.5, "stop", worker="b")]},
                faults=[cut])
     assert rules(late) == ["exclusive"]  # held past its lease (7.5 + 3 + 0.5)
+
+
+def test_an_exec_worker_s_task_outlives_a_kill_until_the_next_process_adopts_it() -> None:
+    procs = {"a#1": Process("a#1", "a", 0.0, ended=3.0, exec=True),
+             "a#2": Process("a#2", "a", 4.0, exec=True)}
+    adopted = {"a#1": [line(0.5, "start")], "a#2": [line(4.5, "adopt")]}
+    spans = checker.build_spans(adopted, procs)
+    assert sorted((s.owner, s.start, s.end) for s in spans) == [
+        ("a#1", 0.5, 3.0), ("a#1", 3.0, 4.5), ("a#2", 4.5, float("inf"))]
+    res = run(adopted, processes=dict(procs))
+    assert res.violations == [] and res.max_uncovered_s == 0  # one process, never uncovered
+
+
+def test_an_exec_worker_s_task_not_adopted_must_end_with_the_lease() -> None:
+    procs = {"a#1": Process("a#1", "a", 0.0, ended=3.0, exec=True),
+             "a#2": Process("a#2", "a", 8.0, exec=True), "b#1": Process("b#1", "b", 0.0)}
+    # The keeper ended it at the lease's end (3 + 3; its line lands in the journal of the
+    # agent that attached last), and b got it after lease + margin.
+    ok = {"a#1": [line(0.5, "start")], "a#2": [line(6.0, "stop") | {"by": "keeper"}],
+          "b#1": [line(7.5, "start", worker="b")]}
+    spans = checker.build_spans(ok, procs)
+    assert ("a#1", 3.0, 6.0) in [(s.owner, s.start, s.end) for s in spans]
+    kill = [Fault(0, "kill_worker", "a", 3.0, 8.0)]
+    assert run(ok, processes=dict(procs), faults=kill).violations == []
+    late = {"a#1": [line(0.5, "start")], "a#2": [line(8.5, "stop") | {"by": "keeper"}],
+            "b#1": [line(7.5, "start", worker="b")]}
+    assert sorted(rules(run(late, processes=dict(procs), faults=kill))) == ["exclusive", "keeper"]
