@@ -11,6 +11,13 @@ RSS and CPU share over a steady stretch (`exec_200`, `keeper_rss_mb`); then the 
 SIGSTOPped and left frozen past its lease: `frozen_agent_stop_s` is the time from the lease's
 end to the last task process gone, from the keeper's journal stop lines (each has the time the
 task's process ended and the lease deadline it enforced). Target: < 0.5 s.
+
+Last, an upgrade: one `exec` worker runs 200 tasks; it gets SIGUSR2 and a new agent with the
+same id is started the moment the old one has exited (as systemd's Restart= does, without its
+RestartSec). `upgrade_s` is the time from the SIGUSR2 to the supervisor receiving the new
+agent's first report, which lists the adopted tasks running; `upgrade_task_restarts` counts
+the tasks whose process is not the one it was (another pid) or that the journal shows
+stopped or started since (target: 0).
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import time
 from pathlib import Path
 
 from _cluster import Cluster, fleet_parser, median_run, wait_until
+
+from corral.client.control import request
 
 
 def _reporting(report: float | None) -> dict[str, float]:
@@ -117,6 +126,67 @@ def exec_run(tasks: int, lease: float, margin: float, tick: float,
         shutil.rmtree(c.dir, ignore_errors=True)
 
 
+def _task_pids(worker: str) -> dict[str, int]:
+    """task -> the pid of its process, read from the process table (its environment)."""
+    out: dict[str, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = dict(x.split(b"=", 1) for x in (entry / "environ").read_bytes().split(b"\0")
+                       if b"=" in x)
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if env.get(b"CORRAL_WORKER") == worker.encode() and b"CORRAL_TASK" in env \
+                and state != "Z":
+            out[env[b"CORRAL_TASK"].decode()] = int(entry.name)
+    return out
+
+
+def upgrade_run(tasks: int, lease: float, margin: float, tick: float,
+                report: float | None) -> dict[str, float]:
+    """SIGUSR2 to an exec worker with ``tasks`` tasks and a new agent at once: how long until
+    the supervisor hears the new agent report them running, and how many restarted."""
+    c = Cluster([f"task-{i:03d}" for i in range(tasks)])
+    opts = {"max_load": tasks, "log_level": "warning", "handler": "exec",
+            "exec": "sleep 100000", "stop_grace": 1, **_reporting(report)}
+    try:
+        c.start_supervisor(warmup=10, expect_workers=1, lease=lease, lease_margin=margin,
+                           tick=tick, log_level="warning")
+        old = c.start_worker("exec-0", **opts)
+        wait_until(lambda: len(c.running(["exec-0"])) == tasks, timeout=60)
+        time.sleep(2 * (report or lease / 2))  # settled
+        before = _task_pids("exec-0")
+        journal = c.dir / "exec-0.journal"
+        lines = len(journal.read_text().splitlines())
+        incarnation = next(r["incarnation"] for r in request(c.control, "workers", {})["workers"])
+        t0 = time.monotonic()
+        os.kill(old.pid, signal.SIGUSR2)
+        old.wait(30)
+        c.start_worker("exec-0", **opts)
+
+        def heard() -> float | None:
+            asked = time.monotonic()
+            for r in request(c.control, "workers", {}, timeout=3.0)["workers"]:
+                if r["incarnation"] != incarnation and r["running"] == tasks:
+                    return asked - r["last_report_age_s"]
+            return None
+
+        arrived = wait_until(heard, timeout=lease, interval=0.005)
+        time.sleep(2 * (report or lease / 2))  # its first set applied: a restart would show
+        after = _task_pids("exec-0")
+        since = [json.loads(x) for x in journal.read_text().splitlines()[lines:]]
+        restarted = {t for t in before if after.get(t) != before[t]}
+        restarted |= {d["task"] for d in since if d["event"] in ("start", "stop")}
+        adopted = sum(d["event"] == "adopt" for d in since)
+        return {"upgrade_s": arrived - t0, "upgrade_task_restarts": len(restarted),
+                "upgrade_adopted": adopted}
+    finally:
+        c.close()
+        shutil.rmtree(c.dir, ignore_errors=True)
+
+
 def main() -> None:
     ap = fleet_parser(__doc__)
     ap.add_argument("--lease", type=float, default=10.0, help="the supervisor's default")
@@ -131,6 +201,9 @@ def main() -> None:
     execs = [exec_run(args.tasks, args.lease, args.margin, args.tick, args.report_interval)
              for _ in range(args.repeat)]
     e = median_run(execs, "frozen_agent_stop_s")
+    upgrades = [upgrade_run(args.tasks, args.lease, args.margin, args.tick, args.report_interval)
+                for _ in range(args.repeat)]
+    u = median_run(upgrades, "upgrade_s")
     result = {"lease_s": args.lease, "margin_s": args.margin, "tick_s": args.tick,
               "reassigned_after_s": round(r["reassigned_after_s"], 3),
               "tasks_moved": r["tasks_moved"], "departed_tasks": r["departed_tasks"],
@@ -140,6 +213,10 @@ def main() -> None:
               "frozen_agent_stop_s": round(e["frozen_agent_stop_s"], 3),
               "frozen_agent_stop_runs_s": [round(x["frozen_agent_stop_s"], 3) for x in execs],
               "frozen_agent_stop_target_s": 0.5,
+              "upgrade_s": round(u["upgrade_s"], 3),
+              "upgrade_runs_s": [round(x["upgrade_s"], 3) for x in upgrades],
+              "upgrade_task_restarts": max(x["upgrade_task_restarts"] for x in upgrades),
+              "upgrade_adopted": u["upgrade_adopted"],
               f"exec_{args.tasks}": {k: round(v, 3) for k, v in e.items()}}
     if args.output == "json":
         print(json.dumps(result, indent=2))
@@ -157,6 +234,10 @@ def main() -> None:
     print(f"  frozen agent (SIGSTOP past its lease): last task process gone "
           f"{e['frozen_agent_stop_s']:.3f} s after the lease's end (median of {args.repeat}; "
           f"target < 0.5 s)")
+    print(f"  upgrade (SIGUSR2, a new agent at once): its report of the {u['upgrade_adopted']} "
+          f"adopted tasks {result['upgrade_s']:.3f} s after the signal (median of "
+          f"{args.repeat}: {result['upgrade_runs_s']}); task restarts "
+          f"{result['upgrade_task_restarts']} (target 0)")
 
 
 if __name__ == "__main__":
