@@ -41,12 +41,15 @@ def run(config_file: str | None, **flags: Any) -> None:
     It reports its state to the supervisor every --report-interval, runs the tasks the
     supervisor gives it, and gives them up by itself if its lease lapses. SIGTERM (or a first
     SIGINT) drains it: it takes nothing new and exits once its tasks have been moved away, or
-    after --drain-timeout; a second SIGTERM/SIGINT stops its tasks and exits at once.
+    after --drain-timeout; a second SIGTERM/SIGINT stops its tasks and exits at once. SIGUSR2
+    hands exec tasks over: they keep running, and the next agent with this id on this host
+    adopts them (other handlers drain, as on SIGTERM).
 
     \b
-    Exit status: 0 stopped normally, 1 unexpected error (logged), 2 configuration error
-    (one line on stderr), 3 refused by the supervisor (e.g. its id is in use), 4 the lease
-    keeper of exec tasks died (the tasks were stopped first).
+    Exit status: 0 stopped normally (or handed over), 1 unexpected error (logged),
+    2 configuration error (one line on stderr), 3 refused by the supervisor (e.g. its id is in
+    use) or another agent with this id runs on this host, 4 the lease keeper of exec tasks
+    died (the tasks were stopped first).
     """
     try:
         cfg = worker_config.load(flags, os.environ, config_file)

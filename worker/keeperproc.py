@@ -3,7 +3,7 @@ state the agent is in — frozen, gone, or replaced by its next incarnation (doc
 lease keeper" and "Hand-over and adoption", for operators).
 
 Run by `corral.worker.keeper` as ``python -I -S keeperproc.py LISTEN_FD DIR`` in a session of
-its own — the standard library only, so it starts in milliseconds and stays near 10 MB. It
+its own — the standard library only, so it starts in milliseconds and stays near 12 MB. It
 listens on ``DIR/keeper.sock`` (``SOCK_SEQPACKET``, bound by the agent that spawned it) and
 serves one agent at a time; each record is one message. On accepting an agent it says
 ``V{json}`` (version, pid, grace, the settings fingerprint, tasks held); the agent answers:
