@@ -4,6 +4,7 @@ journal, against a fake supervisor on loopback. Every process is killed by pid a
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -51,6 +52,13 @@ def test_configuration_errors_print_one_line_and_exit_2(args: list[str], key: st
     assert len(lines) == 1 and f"{key}:" in lines[0], out.stderr
 
 
+def test_an_exec_worker_without_a_runtime_directory_exits_2() -> None:
+    env = {**os.environ, "XDG_RUNTIME_DIR": "/proc/no-such-dir"}  # nothing can be made there
+    out = run_to_exit("--supervisor", "tcp://127.0.0.1:9", "--handler", "exec", "--exec",
+                      "sleep 1", env=env)
+    assert out.returncode == 2 and "cannot create the runtime directory" in out.stderr
+
+
 def test_unknown_config_file_key_exits_2(tmp_path: Path) -> None:
     config = tmp_path / "worker.toml"
     config.write_text('handler = "log"\nrenew_interval = 2\n')
@@ -64,12 +72,15 @@ def _holding(supervisor: FakeSupervisor, tasks: tuple[str, ...]) -> None:
     supervisor.wait_for(lambda s: set(s.running) == set(tasks))
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR2])
 def test_sigterm_drains_lame_duck_and_exits_0_once_empty(
-        supervisor: FakeSupervisor, workers: Workers, tmp_path: Path) -> None:
+        supervisor: FakeSupervisor, workers: Workers, tmp_path: Path,
+        signum: signal.Signals) -> None:
+    # SIGUSR2 hands exec tasks over; tasks that run inside the agent drain instead.
     path = tmp_path / "w1.journal"
     proc = workers.start(supervisor.endpoint, "--handler", "log", "--journal", str(path))
     _holding(supervisor, ("a", "b"))
-    proc.signal(signal.SIGTERM)
+    proc.signal(signum)
     status = supervisor.wait_for(lambda s: s.state == WorkerState.LAME_DUCK)
     assert status.running == {"a": E7, "b": E7}
     supervisor.answer(status, add=("c",), remove=("a",))  # removes apply, adds do not
