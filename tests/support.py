@@ -64,8 +64,9 @@ class FakeClock:
 class Proc:
     """A process started in a session of its own, its output (stdout and stderr) appended to
     ``log``, and stopped by its pid: `stop` asks (SIGTERM), then ends its process group
-    (SIGKILL) after ``grace``; `kill` ends the process at once. Its children (exec tasks, a
-    lease keeper) are its group's, so `stop` never leaves them behind."""
+    (SIGKILL) after ``grace``; `kill` ends the process at once. An exec worker's task
+    processes and lease keeper have sessions of their own (they outlive the agent by design):
+    a worker asked to stop ends them itself, and `end_keepers` ends what a killed one left."""
 
     def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None,
                  cwd: Path | None = None) -> None:
@@ -99,7 +100,7 @@ class Proc:
                 os.killpg(self.pid, signal.SIGKILL)
                 self.popen.wait(5)
         else:
-            # Its process group may hold children (exec tasks): never leave them behind.
+            # Its process group may hold children of its own: never leave them behind.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
         self._fh.close()

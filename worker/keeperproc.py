@@ -139,7 +139,7 @@ class Keeper:
         times = [g.kill_at for g in self.groups.values() if g.kill_at is not None]
         if self.state == CLOSING:
             times.append(self.give_up)
-        elif self.state == WAITING:
+        elif self.state == WAITING and (self.groups or self.conn is None):
             times.append(self.deadline if self.groups else self.idle_until)
         elif self.stop_on_lapse and any(not (g.claimed or g.announced)
                                         for g in self.groups.values()):
