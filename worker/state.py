@@ -1,8 +1,7 @@
 """The worker state machine: pure. ``handle(event, now) -> actions``; time is a parameter, and
 there are no sockets, threads or clock reads in here.
 
-Worker phases (reported as `WorkerState`: starting, ready, lame_duck, lame_duck,
-handing_over)::
+Worker phases (reported as their `WorkerState`; stopping and exited as lame_duck)::
 
     starting -> ready       HandlerReady, or ``ready_after`` seconds passed
     starting -> lame_duck   first StopRequested before it was ever ready
@@ -11,13 +10,10 @@ handing_over)::
                             or a second StopRequested (0)
     any      -> stopping    a Refusal for this incarnation (exit 3)
     stopping -> exited      every task has stopped: one last report, then Exit(code)
-    starting|ready|lame_duck -> handing_over -> exited
-                            HandOverRequested: one last report, HandOver (the keeper keeps the
-                            tasks running for the next agent of this id), Exit(0)
+    starting|ready|lame_duck -> handing_over -> exited   HandOverRequested: a last report,
+                            HandOver (the keeper keeps the tasks for the next agent), Exit(0)
 
-An agent that adopts tasks a previous incarnation left with the keeper (`Adopted`) holds them
-as running, under their grants, and under the lease they ran under until its first set.
-
+`Adopted` tasks (left with the keeper by a previous agent) run, under their grants and lease.
 Tasks and their lifecycles are `corral.worker.tasks.TaskTable`'s; the machine decides whether
 they may start (phase, lease). What a set asks (remove wins over add, a reset stops the rest,
 the tokens) is read by `corral.worker.sets`, the one reading the worker's stand-ins in tests
@@ -328,7 +324,7 @@ class WorkerMachine:
         self._phase = Phase.EXITED
 
     def _adopt(self, event: ev.Adopted, now: float) -> None:
-        for task, grant in event.grants.items():
+        for task, grant in event.grants.items():  # running already, under that grant
             self._tasks.adopt(task, grant, now)
         self._lease_expires = max(self._lease_expires, event.lease_expires)
         self._lease_held = bool(event.grants)  # `_expire` ends it if it has lapsed already
