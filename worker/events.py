@@ -109,8 +109,8 @@ class StartTask:
 
 @dataclass(frozen=True)
 class StopTask:
-    """Stop ``task``; ``lapsed``: because the lease lapsed (with ``exec`` the keeper, which
-    acts on the same deadline, ends it and writes its stop line)."""
+    """Stop ``task``; ``lapsed``: because the lease lapsed (with ``exec`` the keeper acts on
+    the same deadline: a group it is ending already is its stop, and its journal line)."""
 
     task: str
     lapsed: bool = False

@@ -25,9 +25,12 @@ Attached, the agent sends:
     Q              the agent stopped its tasks and leaves: end what is left, exit
 
 and the keeper sends ``K<pid>`` before it signals a group itself (the lease lapsed), so the
-agent knows that stop line is the keeper's. Fields are ``pid NUL token NUL task NUL spec``
-(spec: ``-`` for none, else ``S`` and the JSON text). A stop line is written once: by the keeper
-for a stop it made (K) or a group that ended while no agent was there, else by the agent.
+agent knows that stop line is the keeper's. At the lease's end it reads the agent first: a
+stop announced there (-) is the agent's, and a renewal there (L: sent after the agent's own
+lapse, which stopped every group it had seen no K for) means the lease has not ended for the
+keeper. Fields are ``pid NUL token NUL task NUL spec`` (spec: ``-`` for none, else ``S`` and
+the JSON text). A stop line is written once: by the keeper for a stop it made (K) or a group
+that ended while no agent was there, else by the agent.
 
 Lifecycle::
 
@@ -108,7 +111,7 @@ class Keeper:
                 continue
             if self.state == ATTACHED and self.stop_on_lapse and now >= self.deadline:
                 self.read_agent()  # a stop it announced before the lease's end is the agent's
-                if self.state == ATTACHED:
+                if self.state == ATTACHED and time.monotonic() >= self.deadline:  # not renewed
                     for g in list(self.groups.values()):
                         if not g.announced and not g.claimed:
                             self.claim(g, "lease", signal.SIGTERM, tell=True)

@@ -16,7 +16,8 @@ Lifecycle of one task's process group (the group id is the leader's pid)::
                           the task is reported as failed (the agent restarts it with backoff)
     running  -> stopping  stop: the keeper is told (the stop and its line are ours), then
                           SIGTERM to the whole group
-    running  -> lapsed    stop once the lease has lapsed: the keeper ends it (and records it)
+    running  -> lapsed    stop once the lease has lapsed, and the keeper said it is ending the
+                          group already (K): its stop, its journal line
     stopping -> (gone)    the leader exited and the group is empty
     stopping -> killed    ``stop_grace`` passed: SIGKILL to the whole group
     killed   -> (gone)    the leader is gone
@@ -62,7 +63,7 @@ class _Group:
     pidfd: int | None = None
     kill_at: float | None = None  # set by stop: SIGKILL the group at this time
     killed: bool = False
-    lapsed: bool = False  # stopped once the lease had lapsed: the keeper ends it
+    lapsed: bool = False  # the lease lapsed and the keeper said (K) it is ending it: its stop
 
     def ended(self) -> str | None:
         """None while the leader runs; else how it ended."""
@@ -148,7 +149,7 @@ class ExecRunner:
 
     def stop(self, task: str, now: float, lapsed: bool = False) -> TaskStopped | None:
         """Begin stopping: the stop if it is already gone, else None (`poll` says when).
-        ``lapsed``: the lease lapsed, and the keeper ends the group on the same deadline."""
+        ``lapsed``: the lease lapsed (a group the keeper is ending already is left to it)."""
         group = self._groups.get(task)
         if group is None:
             return TaskStopped(task)
@@ -156,8 +157,8 @@ class ExecRunner:
             _signal(group.pid, signal.SIGKILL)  # the leader is gone: take the stragglers
             return TaskStopped(task, by_keeper=self._gone(task, group))
         if group.kill_at is None and not group.lapsed:
-            if lapsed and self.keeper is not None:
-                group.lapsed = True  # the keeper ends it at the lease's end: its stop
+            if lapsed and self.keeper is not None and self.keeper.claimed(group.pid):
+                group.lapsed = True  # the keeper is ending it (the lease's end): its stop
             else:
                 group.kill_at = now + self._grace
                 if self.keeper is not None:

@@ -47,7 +47,7 @@ class Runner(Protocol):
 
     def stop(self, task: str, now: float, lapsed: bool = False) -> TaskStopped | None:
         """The stop if the task has stopped; None if a `TaskStopped` will come from `poll`.
-        ``lapsed``: the lease lapsed (the keeper ends ``exec`` tasks then)."""
+        ``lapsed``: the lease lapsed (the keeper may be ending ``exec`` tasks already)."""
 
     def poll(self, now: float) -> list[TaskStopped | TaskFailed]:
         """Tasks that finished stopping, or ended on their own."""

@@ -4,9 +4,10 @@ grace period is decided by the test, not by the clock) and through the real agen
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,51 @@ def test_the_agent_leaves_no_process_behind_when_stopped(
     proc.signal(signal.SIGTERM)  # drain times out, SIGTERM is ignored, SIGKILL ends it
     assert proc.wait(15.0) == 0
     assert not any(alive(p) for p in procs)
+
+
+class StubKeeper:
+    """What `ExecRunner` asks of its keeper link: whether the keeper is ending a group (K)."""
+
+    def __init__(self, claims: set[int]) -> None:
+        self.claims = claims
+        self.announced: list[int] = []
+
+    def child_hook(self, task: str, token: int, spec: str | None) -> Callable[[], None]:
+        return lambda: None
+
+    def claimed(self, pid: int) -> bool:
+        return pid in self.claims
+
+    def alive(self) -> bool:
+        return True
+
+    def announce(self, pid: int, kill_at: float) -> None:
+        self.announced.append(pid)
+
+    def settled(self, pid: int, by_keeper: bool) -> None:
+        pass
+
+
+@pytest.mark.parametrize("keeper_ending_it", [False, True])
+def test_a_lapse_stop_is_the_agent_s_unless_the_keeper_is_ending_the_group(
+        tmp_path: Path, keeper_ending_it: bool) -> None:
+    # The keeper acts on the same deadline, but a renewal that reaches it first moves that
+    # deadline: then only the agent stops the group, or it would run on with nobody's stop.
+    task = str(tmp_path / "a")
+    keeper = StubKeeper(set())
+    runner = ExecRunner(TWO_PROCS, 5.0, "w1", keeper)  # type: ignore[arg-type]
+    try:
+        runner.start(TaskContext(task))
+        procs = pids(Path(task))
+        if keeper_ending_it:
+            keeper.claims.add(procs[0])
+        assert runner.stop(task, now=0.0, lapsed=True) is None
+        if keeper_ending_it:  # left to the keeper: the agent signals nothing
+            assert keeper.announced == [] and all(alive(p) for p in procs)
+            os.killpg(procs[0], signal.SIGTERM)  # as the keeper does
+        else:
+            assert keeper.announced == [procs[0]]
+        (event,) = poll_until(runner, now=0.0)
+        assert event == TaskStopped(task, by_keeper=keeper_ending_it)
+    finally:
+        runner.close()

@@ -136,3 +136,33 @@ def test_a_killed_keeper_stops_the_tasks_and_the_agent_exits_4_within_a_second(
     assert took < 1.0, took
     assert not any(alive(p) for p in procs)
     assert "lease keeper gone" in agent.output()
+
+
+def test_a_lapse_the_keeper_is_late_for_is_the_agent_s_stop_and_recorded_once(
+        supervisor: FakeSupervisor, workers: Workers, tmp_path: Path) -> None:
+    # The keeper acts on the lease's end only once it runs again (here: frozen, as a loaded
+    # host may leave it for a while), and a renewal that reaches it before then moves its
+    # deadline: it will never end these groups. So the agent, which saw its lease lapse, stops
+    # them itself; its line is the only one, and the keeper, awake, adds none.
+    agent = exec_worker(workers, supervisor, tmp_path)
+    supervisor.recv()  # it reports once attached to its keeper: freezing that now blocks nothing
+    keeper = keeper_of(agent.pid)
+    os.kill(keeper, signal.SIGSTOP)
+    try:
+        tasks = (str(tmp_path / "a"), str(tmp_path / "b"))
+        hold(supervisor, tasks, lease=1.0)
+        procs = [p for t in tasks for p in pids(Path(t))]
+        supervisor.wait_for(lambda s: not s.lease_held)
+        wait_until(lambda: not any(alive(p) for p in procs),
+                   what="the agent stopping its tasks (its keeper is frozen)")
+        status = supervisor.wait_for(lambda s: s.running == {})
+        supervisor.answer(status, lease=30.0)  # the renewal: it reaches the keeper first
+        supervisor.wait_for(lambda s: s.lease_held)
+    finally:
+        os.kill(keeper, signal.SIGCONT)
+    agent.signal(signal.SIGTERM)  # it holds nothing: it leaves at once, and so does its keeper
+    assert agent.wait() == 0
+    wait_until(lambda: not alive(keeper), what="the keeper exiting after the agent")
+    stops = [d for d in lines(tmp_path / "journal") if d["event"] == "stop"]
+    assert sorted(d["task"] for d in stops) == sorted(tasks)
+    assert all("by" not in d for d in stops), stops
