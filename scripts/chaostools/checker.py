@@ -21,20 +21,18 @@ How the harness's events become spans:
 
 - a ``log`` worker killed with SIGKILL holds nothing from the instant it was killed (its
   journal has no stop lines: it could not write them). An ``exec`` worker's task processes
-  outlive it: the lease keeper holds them until the next process with its id adopts them
-  (its journal's ``adopt`` lines: the same process runs on, the span passes to the new owner
-  process) or ends them at the lease's end (its stop lines, ``"by": "keeper"``): judged as
-  for a freeze from the agent's end;
+  outlive it, held by the keeper until the next process with its id adopts them (``adopt``
+  lines: the span passes to it) or ends them at the lease's end (``"by": "keeper"``): judged
+  as for a freeze from the agent's end;
 - a frozen (SIGSTOPped) ``log`` worker runs nothing while frozen: its spans are cut at the
   SIGSTOP and resume at the SIGCONT. A zombie — frozen past its lease, its tasks moved
   meanwhile — must stop them as the first thing it does on waking: an overlap that starts at
   its SIGCONT and ends within ``wake`` seconds is counted as a *zombie wake-up*.
-- an ``exec`` worker's tasks are processes that a freeze of the agent does not stop: their
-  spans run on (marked frozen) until the lease keeper ends them, which its journal stop lines
-  (``"by": "keeper"``) record. ``keeper``: such a process must be gone by the freeze + lease
-  + ``wake``; and an extra owner that starts once the frozen worker's lease has surely lapsed
-  (freeze + lease) while its process still lives is two live processes for one task: a
-  violation, never a hand-off.
+- an ``exec`` worker's tasks are processes a freeze of the agent does not stop: their spans run
+  on (marked frozen) until the keeper ends them (its ``"by": "keeper"`` lines). ``keeper``: such
+  a process must be gone by the freeze + lease + ``wake``; an extra owner that starts once the
+  frozen worker's lease has surely lapsed (freeze + lease) while its process still lives is two
+  live processes for one task: a violation, never a hand-off.
 
 Fault windows (from the fault's start ``t0``; ``t1`` is when it was lifted), each + ``slack``:
 
@@ -81,7 +79,7 @@ def build_spans(journals: dict[str, list[dict[str, Any]]],
                 raw.append((task, a, t, adopted))
         end = INF if p.ended is None else p.ended
         for task, (t, adopted) in opened.items():
-            b = _outlived(task, p, journals, processes) if p.exec and end < INF else end
+            b = _outlived(task, p, end, journals, processes) if p.exec and end < INF else end
             raw.append((task, t, max(t, b), adopted))
         # An exec agent's end is a freeze that never thaws, for the processes it leaves.
         gone = (*p.frozen, (end, None)) if p.exec and end < INF else p.frozen
@@ -91,16 +89,14 @@ def build_spans(journals: dict[str, list[dict[str, Any]]],
     return out
 
 
-def _outlived(task: str, p: Process, journals: dict[str, list[dict[str, Any]]],
+def _outlived(task: str, p: Process, end: float, journals: dict[str, list[dict[str, Any]]],
               processes: dict[str, Process]) -> float:
-    """When an exec task's process left running by ``p`` (killed, or handed over) ended for
-    ``p``: adopted by a later process with its id, or ended by the keeper (a line in a later
-    process's journal: the keeper writes to the last agent's) — INF if neither (yet)."""
-    assert p.ended is not None
+    """When an exec task's process that ``p`` left running (killed, handed over) at ``end``
+    ended for it: a later process of its id adopted it, or the keeper ended it; INF if neither."""
     ends = [float(d["t"]) for key, lines in journals.items()
             if processes[key].worker == p.worker and processes[key].started >= p.started
             and key != p.key for d in lines
-            if d["task"] == task and float(d["t"]) >= p.ended - EPS
+            if d["task"] == task and float(d["t"]) >= end - EPS
             and (d["event"] == "adopt" or d.get("by") == "keeper")]
     return min(ends, default=INF)
 
