@@ -158,6 +158,8 @@ def upgrade_run(tasks: int, lease: float, margin: float, tick: float,
         wait_until(lambda: len(c.running(["exec-0"])) == tasks, timeout=60)
         time.sleep(2 * (report or lease / 2))  # settled
         before = _task_pids("exec-0")
+        if len(before) != tasks:  # a task it cannot see could restart uncounted
+            raise RuntimeError(f"the process table shows {len(before)} of {tasks} tasks")
         journal = c.dir / "exec-0.journal"
         lines = len(journal.read_text().splitlines())
         incarnation = next(r["incarnation"] for r in request(c.control, "workers", {})["workers"])
