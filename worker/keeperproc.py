@@ -110,11 +110,7 @@ class Keeper:
                 self.close("lease", signal.SIGTERM)  # no agent came back within the lease
                 continue
             if self.state == ATTACHED and self.stop_on_lapse and now >= self.deadline:
-                self.read_agent()  # a stop it announced before the lease's end is the agent's
-                if self.state == ATTACHED and time.monotonic() >= self.deadline:  # not renewed
-                    for g in list(self.groups.values()):
-                        if not g.announced and not g.claimed:
-                            self.claim(g, "lease", signal.SIGTERM, tell=True)
+                self.lapse()
             self.escalate(now)
             poll = select.poll()
             if self.state == WAITING and self.conn is None:
@@ -150,6 +146,19 @@ class Keeper:
         if self.hello_until is not None:
             times.append(self.hello_until)
         return max(0.0, min(times) - now) if times else None
+
+    def lapse(self) -> None:
+        """The lease's end passed with the agent attached: end every group it is not ending.
+        The agent acts on the same deadline, so what it sent first is read first: a stop it
+        announced is its own, and a renewal means the lease did not end. A leader already gone
+        was stopped by the agent (its announcement still on the way) or ended by itself: the
+        agent records either, so a claim — and a line of ours — would be a second."""
+        self.read_agent()
+        if self.state != ATTACHED or time.monotonic() < self.deadline:
+            return
+        for g in list(self.groups.values()):
+            if not (g.announced or g.claimed or _gone(g.pidfd)):
+                self.claim(g, "lease", signal.SIGTERM, tell=True)
 
     def escalate(self, now: float) -> None:
         for g in self.groups.values():
@@ -339,6 +348,13 @@ def _inode(dirfd: int) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def _gone(pidfd: int) -> bool:
+    """Whether the process behind ``pidfd`` has exited (readable), without waiting."""
+    p = select.poll()
+    p.register(pidfd, select.POLLIN)
+    return bool(p.poll(0))
 
 
 def _killpg(pgid: int, sig: signal.Signals) -> None:

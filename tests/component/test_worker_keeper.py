@@ -9,10 +9,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from corral.worker import keeperproc
+from corral.worker.keeper import fields
 
 from ..support import wait_until
 from . import workerprocs as support
@@ -166,3 +172,50 @@ def test_a_lapse_the_keeper_is_late_for_is_the_agent_s_stop_and_recorded_once(
     stops = [d for d in lines(tmp_path / "journal") if d["event"] == "stop"]
     assert sorted(d["task"] for d in stops) == sorted(tasks)
     assert all("by" not in d for d in stops), stops
+
+
+@pytest.mark.parametrize("agent_first", [True, False])
+def test_at_the_lease_s_end_the_keeper_claims_only_what_the_agent_is_not_ending(
+        runtime_dir: Path, agent_first: bool) -> None:
+    # The keeper's own loop, step by step, with a socket pair for the agent's link. Both act
+    # on one deadline: when the agent's stop (its "-" still on the way) ended the group before
+    # the keeper looks, a claim would make a second stop line; a live group is the keeper's.
+    journal = runtime_dir / "journal"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
+        keeper = keeperproc.Keeper(listener, str(runtime_dir))
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        task = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        try:
+            theirs.setblocking(False)
+            keeper.conn, keeper.state, keeper.hello_until = theirs, keeperproc.ATTACHED, None
+            keeper.journal, keeper.worker = str(journal), "w1"
+            keeper.watch(fields(task.pid, 5, "t1", None))
+            keeper.deadline = time.monotonic()  # the lease ends now
+            if agent_first:
+                task.terminate()  # the agent's stop: its "-" is not read yet
+                task.wait()
+            keeper.lapse()
+            ours.setblocking(False)
+            if agent_first:
+                with pytest.raises(BlockingIOError):
+                    ours.recv(64)  # no K: it claimed nothing
+            else:
+                assert ours.recv(64) == b"K%d" % task.pid
+                task.wait()  # the keeper's SIGTERM
+            (group,) = keeper.groups.values()
+            keeper.ended(group)
+            ours.send(b"-%d %r" % (task.pid, time.monotonic()))  # what the agent says then
+            ours.send(b"%s%d" % (b"W" if agent_first else b"Y", task.pid))
+            keeper.read_agent()
+            lines = journal.read_text().splitlines() if journal.exists() else []
+            if agent_first:
+                assert lines == []  # the agent's line is the only one
+            else:
+                (line,) = lines
+                assert json.loads(line)["by"] == "keeper" and '"cause":"lease"' in line
+        finally:
+            task.kill()
+            task.wait()
+            ours.close()
+            keeper.drop_conn()
+            os.close(keeper.dirfd)
