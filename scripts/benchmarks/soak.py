@@ -107,6 +107,7 @@ class Soak:
                       "agent_kills_late": 0, "drains": 0,
                       "undrains": 0, "ctl_failed": 0, "supervisor_kills": 0}
         self.ctls: list[Any] = []
+        self.ctl_errors: list[str] = []  # the first few failed corralctl calls, their stderr
         self.restarts: list[tuple[float, str, str]] = []  # (when, site, worker)
         self.drained: dict[str, str | None] = {"a": None, "b": None}
         self.dashboard_url = ""
@@ -228,6 +229,7 @@ class Soak:
                     if loads else None, "loadavg_max": max(loads, default=None),
                     "workdir": str(self.run.dir)},
             "churn": self.count,
+            "ctl_errors": self.ctl_errors,
             "processes": report.per_kind(self.sampler, a.skip_s),
             "leftovers": report.leftovers(self.leftovers),
             "status": report.latency(self.poller.latencies, self.poller.failures),
@@ -292,7 +294,11 @@ class Soak:
                 p.wait(30)
             if p.poll() is not None:
                 self.ctls.remove(p)
-                self.count["ctl_failed"] += p.returncode != 0
+                if p.returncode != 0:
+                    self.count["ctl_failed"] += 1
+                    if len(self.ctl_errors) < 10:
+                        self.ctl_errors.append(" ".join(p.args[-2:]) + ": "
+                                               + (p.stderr.read() or "").strip()[-300:])
 
     def _adopted(self, site: str, worker: str, since: float) -> set[tuple[str, int | None]]:
         return self.sites[site].adopted(worker, since)
