@@ -25,7 +25,7 @@ from typing import Any
 
 from chaostools.ports import free_port
 
-__all__ = ["WAIT", "FakeClock", "Proc", "end_keepers", "free_port", "keeper_pids",
+__all__ = ["WAIT", "FakeClock", "Proc", "alive", "end_keepers", "free_port", "keeper_pids",
            "wait_until"]
 
 # Generous: the machines are slow and shared; a passing test never waits this long.
@@ -149,3 +149,12 @@ def end_keepers(root: Path) -> None:
     for pid in keeper_pids(root):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (a process we did not start, too)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -21,9 +21,8 @@ Printed (a table, or one JSON object with -o json):
   through the whole run. The sample and process counts say what it rests on;
 - open descriptors per kind (/proc/PID/fd), mean in the first and last sample rounds;
 - the killed agents' task processes: how long each took to go after the kill; one alive past
-  the kill + lease + margin + 1 s that no new agent adopted (an `adopt` journal line) is
-  left behind;
-- status latency of the poller (p50, p99, max) and polls left unanswered within --poll-timeout;
+  kill + lease + margin + 1 s that no new agent adopted (`adopt` journal line) is left behind;
+- status latency (p50, p99, max) and polls left unanswered within --poll-timeout;
 - B's tables (`tables` in status) at the start and the end, and whether each ended within what
   its live tasks and workers explain (`_soakreport.tables`);
 - after the churn stops: tasks running 1 s later, and when all were, per supervisor.
@@ -107,7 +106,7 @@ class Soak:
                       "agent_kills_late": 0, "drains": 0,
                       "undrains": 0, "ctl_failed": 0, "supervisor_kills": 0}
         self.ctls: list[Any] = []
-        self.ctl_errors: list[str] = []  # the first few failed corralctl calls, their stderr
+        self.ctl_errors: list[str] = []  # the first ten failed corralctl calls, their stderr
         self.restarts: list[tuple[float, str, str]] = []  # (when, site, worker)
         self.drained: dict[str, str | None] = {"a": None, "b": None}
         self.dashboard_url = ""
@@ -296,9 +295,8 @@ class Soak:
                 self.ctls.remove(p)
                 if p.returncode != 0:
                     self.count["ctl_failed"] += 1
-                    if len(self.ctl_errors) < 10:
-                        self.ctl_errors.append(" ".join(p.args[-2:]) + ": "
-                                               + (p.stderr.read() or "").strip()[-300:])
+                    err = f"{' '.join(p.args[-2:])}: {(p.stderr.read() or '').strip()[-300:]}"
+                    self.ctl_errors += [err][:10 - len(self.ctl_errors)]
 
     def _adopted(self, site: str, worker: str, since: float) -> set[tuple[str, int | None]]:
         return self.sites[site].adopted(worker, since)

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 from chaostools import ports
 
-from ..support import FakeClock, Proc, free_port, wait_until
-from .workerprocs import alive
+from ..support import FakeClock, Proc, alive, free_port, wait_until
 
 SLEEPER = [sys.executable, "-c", "import sys, time; print('up', flush=True); time.sleep(60)"]
 

@@ -17,9 +17,9 @@ from corral.worker.events import TaskFailed, TaskStopped
 from corral.worker.handlers import StartError, TaskContext
 from corral.worker.process import ExecRunner
 
-from ..support import wait_until
+from ..support import alive, wait_until
 from . import workerprocs as support
-from .workerprocs import FakeSupervisor, Workers, alive
+from .workerprocs import FakeSupervisor, Workers
 
 E7 = make_token(7, 0)  # the token of a task given by a set of epoch 7 that names none
 

@@ -17,9 +17,9 @@ from typing import Any
 from corral.common.wire.protocol import Status, WorkerState, make_token
 from corral.worker.rundir import RunDir
 
-from ..support import keeper_pids, wait_until
+from ..support import alive, keeper_pids, wait_until
 from . import workerprocs as support
-from .workerprocs import FakeSupervisor, Workers, alive
+from .workerprocs import FakeSupervisor, Workers
 
 supervisor_fixture = support.supervisor_fixture  # the `supervisor` fixture
 workers_fixture = support.workers_fixture  # the `workers` fixture

@@ -20,9 +20,9 @@ import pytest
 from corral.worker import keeperproc
 from corral.worker.keeper import fields
 
-from ..support import wait_until
+from ..support import alive, wait_until
 from . import workerprocs as support
-from .workerprocs import FakeSupervisor, Workers, alive
+from .workerprocs import FakeSupervisor, Workers
 
 supervisor_fixture = support.supervisor_fixture  # the `supervisor` fixture
 workers_fixture = support.workers_fixture  # the `workers` fixture

@@ -26,15 +26,6 @@ from ..support import WAIT, Proc
 WORKER = str(Path(sys.executable).parent / "corral-worker")
 
 
-def alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 class FakeSupervisor:
     """A ROUTER that decodes reports and answers them with instruction sets it numbers."""
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ..support import Proc, wait_until
+from ..support import Proc, alive, wait_until
 from .fleetprocs import intervals, journal, running_now, start_worker
 from .procs import Procs, Supervisor
 
@@ -25,14 +25,6 @@ LEASE, MARGIN, TICK = 3.0, 1.0, 0.25
 TASKS = 6
 FREEZE = LEASE + MARGIN + 3.0
 SAMPLE_S = 0.02
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def task_pids(pid_dir: Path, worker: str) -> dict[str, list[int]]:

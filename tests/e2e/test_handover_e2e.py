@@ -19,21 +19,13 @@ from typing import Any
 
 import pytest
 
-from ..support import Proc, wait_until
+from ..support import Proc, alive, wait_until
 from .fleetprocs import journal, running_now
 from .procs import BIN, Procs, Supervisor
 
 pytestmark = pytest.mark.e2e
 
 SAMPLE_S = 0.01
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def task_pids(pid_dir: Path) -> dict[str, dict[str, list[int]]]:
