@@ -288,3 +288,21 @@ class Harness:
             for t in w.running:
                 out.setdefault(t, []).append(w.id)
         return out
+
+
+def start(h: Harness, *workers: ModelWorker) -> None:
+    """Add ``workers`` and run until the supervisor runs, a second more."""
+    for w in workers:
+        h.add(w)
+    h.until(h.running)
+    h.step(1.0)
+
+
+def rows(h: Harness, verb: str, **args: object) -> dict:  # type: ignore[type-arg]
+    """A control verb's answer (it must succeed); its actions carried out."""
+    from corral.supervisor import verbs
+
+    result, error, actions = verbs.call(h.core, verb, dict(args), h.now)
+    assert error is None, error
+    h.run(actions)
+    return result  # type: ignore[no-any-return]

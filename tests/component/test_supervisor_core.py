@@ -23,23 +23,9 @@ from corral.supervisor.events import RawReport, Report
 from corral.supervisor.lifecycle import Phase
 from corral.supervisor.records import WorkerRecord
 
-from .modelfleet import Harness, ModelWorker, config
+from .modelfleet import Harness, ModelWorker, config, rows, start
 
 TASKS = {f"t{i:02d}": 1.0 for i in range(12)}
-
-
-def start(h: Harness, *workers: ModelWorker) -> None:
-    for w in workers:
-        h.add(w)
-    h.until(h.running)
-    h.step(1.0)
-
-
-def rows(h: Harness, verb: str, **args: object) -> dict:  # type: ignore[type-arg]
-    result, error, actions = verbs.call(h.core, verb, dict(args), h.now)
-    assert error is None, error
-    h.run(actions)
-    return result  # type: ignore[no-any-return]
 
 
 def test_warmup_assigns_nothing_then_places_everything_once() -> None:

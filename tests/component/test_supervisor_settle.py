@@ -16,16 +16,9 @@ from hypothesis import strategies as st
 from corral.common.wire.protocol import WorkerState
 from corral.supervisor.events import PeerGone, Report
 
-from .modelfleet import Harness, ModelWorker, config
+from .modelfleet import Harness, ModelWorker, config, start
 
 TASKS = {f"t{i:02d}": 1.0 for i in range(12)}
-
-
-def start(h: Harness, *workers: ModelWorker) -> None:
-    for w in workers:
-        h.add(w)
-    h.until(h.running)
-    h.step(1.0)
 
 
 def lapse(h: Harness, workers: list[ModelWorker]) -> None:
